@@ -1,0 +1,226 @@
+"""Checkpoints: a thin wrapper over Orbax's `CheckpointManager` plus the run's config.
+
+Layout of a checkpoint directory:
+
+    directory/config.json      the resolved config of the first run (never overwritten)
+    directory/<step>/...        one Orbax checkpoint per saved step (atomic: temp dir + rename)
+
+Saves are asynchronous: `save` returns once the arrays are copied off the device, and
+`wait()` blocks until the files are committed. Restores always go through an abstract target
+(shapes, dtypes, shardings), so namedtuples (optax states) and `flax.struct` dataclasses come
+back with their Python types and each array lands on the sharding asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+_MISSING = object()
+CONFIG_NAME = "config.json"
+
+
+def _lookup(config: dict, dotted: str) -> Any:
+    """Returns `config["a"]["b"]` for "a.b", or `_MISSING`."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _show(value: Any) -> str:
+    return "<missing>" if value is _MISSING else json.dumps(value)
+
+
+def _path_str(path: tuple) -> str:
+    """A key path as Orbax names it: "opt_state.0.mu.w" (namedtuple fields become names)."""
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
+
+
+def _shape(leaf: Any) -> tuple[int, ...]:
+    return tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
+
+
+def _tree_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {_path_str(path): _shape(leaf) for path, leaf in leaves}
+
+
+class Checkpointer:
+    """Saves and restores a training-state pytree, and guards against config drift.
+
+    Args:
+      directory: where checkpoints and `config.json` live (created if absent).
+      max_to_keep: how many most recent checkpoints to keep on disk.
+      config_json: the resolved run config as a JSON string.
+      compat_keys: dotted config fields ("model.d_model", "env.name") that must match the
+        config already stored in `directory`, if any; a mismatch raises `ValueError` before
+        anything is written.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        max_to_keep: int = 3,
+        config_json: str,
+        compat_keys: tuple[str, ...],
+    ):
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.compat_keys = tuple(compat_keys)
+        self.check_compatible(config_json)
+        os.makedirs(self.directory, exist_ok=True)
+        self._write_config(config_json)
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            # An explicit handler lets `item_metadata` read shapes without a target.
+            item_handlers=ocp.StandardCheckpointHandler(),
+        )
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.directory, CONFIG_NAME)
+
+    def check_compatible(self, config_json: str) -> None:
+        """Raises `ValueError` if `directory` holds a config differing on any `compat_keys`.
+
+        Args:
+          config_json: the new run's resolved config as a JSON string.
+        """
+        if not os.path.exists(self.config_path):
+            return
+        with open(self.config_path) as f:
+            stored = json.load(f)
+        new = json.loads(config_json)
+        diffs = []
+        for key in self.compat_keys:
+            old_value, new_value = _lookup(stored, key), _lookup(new, key)
+            if old_value != new_value:
+                diffs.append(f"  {key}: stored {_show(old_value)}, new {_show(new_value)}")
+        if diffs:
+            raise ValueError(
+                f"Workdir {self.directory} holds a checkpoint from an incompatible config "
+                f"(stored in {self.config_path}); differing fields:\n"
+                + "\n".join(diffs)
+                + "\nUse a new workdir, or restore the original values of these fields."
+            )
+
+    def _write_config(self, config_json: str) -> None:
+        """Writes config.json atomically unless one exists (the first run's config wins)."""
+        if os.path.exists(self.config_path):
+            return
+        tmp = f"{self.config_path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(json.loads(config_json), f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.config_path)
+
+    def latest_step(self) -> int | None:
+        """The newest committed step, or None if there is no checkpoint."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        """All committed steps on disk, ascending."""
+        return sorted(self._manager.all_steps())
+
+    def save(self, step: int, state: Any, *, force: bool = False) -> bool:
+        """Starts an asynchronous save of `state` at `step`.
+
+        The caller decides the save interval; every call saves. Returns once arrays are on
+        the host, so the device buffers may be donated afterwards.
+
+        Args:
+          step: the training step; must exceed every saved step (Orbax otherwise skips the
+            save and returns False).
+          state: a pytree of arrays (dicts, `flax.struct` dataclasses, optax states).
+          force: passed to Orbax; saves even where its policies would skip.
+
+        Returns:
+          Whether a save was started.
+        """
+        return self._manager.save(int(step), args=ocp.args.StandardSave(state), force=force)
+
+    def wait(self) -> None:
+        """Blocks until pending saves are committed to disk."""
+        self._manager.wait_until_finished()
+
+    def restore(self, step: int | None, abstract_state: Any) -> Any:
+        """Restores the checkpoint at `step` onto the shapes and shardings of a target.
+
+        Args:
+          step: the step to restore, or None for `latest_step()`.
+          abstract_state: the target pytree: `jax.ShapeDtypeStruct`s with `.sharding` (for
+            example `jax.eval_shape(init_fn)` with shardings attached) or concrete arrays,
+            whose shapes, dtypes and shardings are taken. Python types (namedtuples,
+            dataclasses) come from here.
+
+        Returns:
+          A pytree like `abstract_state` holding the stored values.
+
+        Raises:
+          FileNotFoundError: no checkpoint at `step`.
+          ValueError: the target's structure or shapes differ from the checkpoint; the
+            message names each mismatching leaf path.
+        """
+        self.wait()  # Orbax lists an in-flight step before its directory exists.
+        step = self.latest_step() if step is None else int(step)
+        if step is None or step not in self._manager.all_steps():
+            raise FileNotFoundError(f"No checkpoint at step {step} in {self.directory}.")
+        target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+        self._check_target(step, target)
+        try:
+            return self._manager.restore(step, args=ocp.args.StandardRestore(target))
+        except Exception as e:
+            raise ValueError(f"Restoring step {step} from {self.directory} failed: {e}") from e
+
+    def _check_target(self, step: int, target: Any) -> None:
+        """Compares leaf paths and shapes against the stored metadata, before Orbax reads.
+
+        Orbax's own shape error names no leaf and leaves asyncio noise on stderr.
+        """
+        metadata = self._manager.item_metadata(step)
+        stored = _tree_shapes(getattr(metadata, "tree", metadata))
+        wanted = _tree_shapes(target)
+        problems = []
+        for path in sorted(stored.keys() | wanted.keys()):
+            old, new = stored.get(path), wanted.get(path)
+            if old is None:
+                problems.append(f"  {path}: not in checkpoint (target shape {new})")
+            elif new is None:
+                problems.append(f"  {path}: not in target (stored shape {old})")
+            elif tuple(old) != tuple(new):
+                problems.append(f"  {path}: stored shape {tuple(old)}, target shape {new}")
+        if problems:
+            raise ValueError(
+                f"Checkpoint step {step} in {self.directory} does not match the restore "
+                "target:\n" + "\n".join(problems)
+            )
+
+    def close(self) -> None:
+        """Waits for pending saves and releases Orbax's resources."""
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,29 @@
+"""Credit assignment: advantage estimators selected by name (see `registry`).
+
+Importing this package registers every variant module.
+"""
+
+from rl4agents.credit import outcome, token  # noqa: F401  (registers variants)
+from rl4agents.credit.registry import (
+    CreditFn,
+    CreditOutput,
+    defaults,
+    fields,
+    get,
+    names,
+    register,
+    requires_values,
+    validate,
+)
+
+__all__ = [
+    "CreditFn",
+    "CreditOutput",
+    "defaults",
+    "fields",
+    "get",
+    "names",
+    "register",
+    "requires_values",
+    "validate",
+]

@@ -1,0 +1,66 @@
+"""The environment protocol: pure functions over fixed-shape token arrays.
+
+Functions act on one episode; batch them with `jax.vmap` at the call site. Per-task data lives
+in the state or the params, never in `self`, so one compilation serves every task. Once `done`
+is set, `step` is absorbing: state unchanged, zero reward, empty observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from rl4agents import text
+from rl4agents.types import TimeStep
+
+
+class Environment(Protocol):
+    """A multi-turn text environment over token arrays.
+
+    Attributes (static, set at construction):
+      tokenizer: the tokenizer its fragments were encoded with.
+      max_obs_len: O, the static length of `TimeStep.obs_tokens` after `step`.
+      max_prompt_len: P, the static length of the observation returned by `reset`.
+      max_action_len: the longest valid action in tokens (the rollout's A must be at least
+        this plus one for the end-of-action token).
+    """
+
+    tokenizer: text.Tokenizer
+    max_obs_len: int
+    max_prompt_len: int
+    max_action_len: int
+
+    def default_params(self, split: str = "train") -> Any: ...
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, TimeStep]: ...
+
+    def step(
+        self,
+        key: jax.Array,
+        state: Any,
+        action_tokens: jax.Array,  # int32[A]
+        action_len: jax.Array,  # int32[]
+        params: Any,
+    ) -> tuple[Any, TimeStep]: ...
+
+    def render(self, state: Any) -> str: ...
+
+
+def absorbing(done: jax.Array, old, new):
+    """Select `old` where the episode was already done, else `new` (pytrees, one episode)."""
+    return jax.tree.map(lambda o, n: jnp.where(done, o, n), old, new)
+
+
+def empty_timestep(obs_len: int, anchor: jax.Array, pad_id: int) -> TimeStep:
+    """The timestep returned by `step` after `done`: nothing appended, no reward."""
+    return TimeStep(
+        obs_tokens=jnp.full((obs_len,), pad_id, jnp.int32),
+        obs_len=jnp.zeros((), jnp.int32),
+        reward=jnp.zeros((), jnp.float32),
+        done=jnp.ones((), bool),
+        anchor=anchor,
+        valid_action=jnp.ones((), bool),
+        success=jnp.zeros((), bool),
+    )

@@ -1,0 +1,91 @@
+"""Loss aggregation modes (verl `agg_loss`; methods.md section 6.6).
+
+All modes reduce a per-token loss `l f32[B, T]` with mask `m bool[B, T]` to a scalar. Rows with
+no masked token are excluded from the sequence means; every division is guarded, so an
+all-masked batch gives 0.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from rl4agents.losses.registry import AGGREGATIONS
+
+
+def _prepare(loss: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    chex.assert_rank(loss, 2)
+    chex.assert_equal_shape([loss, mask])
+    m = mask.astype(loss.dtype)
+    return loss * m, m
+
+
+@AGGREGATIONS.register("token-mean")
+def token_mean(loss: jax.Array, mask: jax.Array, scale: float | None = None) -> jax.Array:
+    """`sum_{i,t} m l / sum_{i,t} m` (verl default; DAPO token-level loss)."""
+    del scale
+    lm, m = _prepare(loss, mask)
+    return jnp.sum(lm) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def _seq_mean(per_row: jax.Array, m: jax.Array) -> jax.Array:
+    nonempty = (jnp.sum(m, axis=1) > 0).astype(per_row.dtype)
+    return jnp.sum(per_row * nonempty) / jnp.maximum(jnp.sum(nonempty), 1.0)
+
+
+@AGGREGATIONS.register("seq-mean-token-sum")
+def seq_mean_token_sum(loss: jax.Array, mask: jax.Array, scale: float | None = None) -> jax.Array:
+    """`mean_{i: sum_t m > 0} sum_t m l`."""
+    del scale
+    lm, m = _prepare(loss, mask)
+    return _seq_mean(jnp.sum(lm, axis=1), m)
+
+
+@AGGREGATIONS.register("seq-mean-token-mean")
+def seq_mean_token_mean(loss: jax.Array, mask: jax.Array, scale: float | None = None) -> jax.Array:
+    """`mean_{i: sum_t m > 0} (sum_t m l / sum_t m)` (original GRPO; GSPO)."""
+    del scale
+    lm, m = _prepare(loss, mask)
+    per_row = jnp.sum(lm, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+    return _seq_mean(per_row, m)
+
+
+@AGGREGATIONS.register("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(
+    loss: jax.Array, mask: jax.Array, scale: float | None = None
+) -> jax.Array:
+    """`sum_{i,t} m l / C` with `C = scale`, or the padded length T if None (Dr. GRPO).
+
+    Not divided by the number of sequences (verl). In the slot layout T counts all slots
+    (prompt and observations included), so set `scale` to a fixed constant such as the
+    maximum number of action tokens to keep the scale from drifting.
+    """
+    lm, _ = _prepare(loss, mask)
+    denom = float(loss.shape[1]) if scale is None else scale
+    return jnp.sum(lm) / denom
+
+
+def aggregate(
+    loss: jax.Array, mask: jax.Array, mode: str = "token-mean", scale: float | None = None
+) -> jax.Array:
+    """Reduce a per-token loss to a scalar with aggregation `mode` (verl `agg_loss`).
+
+    | mode | formula |
+    | token-mean | `sum m l / sum m` |
+    | seq-mean-token-sum | `mean_{i: sum_t m > 0} sum_t m l` |
+    | seq-mean-token-mean | `mean_{i: sum_t m > 0} (sum_t m l / sum_t m)` |
+    | seq-mean-token-sum-norm | `sum m l / C`, `C = scale` or T |
+
+    Dr. GRPO (https://arxiv.org/abs/2503.20783) motivates the last mode.
+
+    Args:
+      loss: f32[B, T] per-token loss.
+      mask: bool[B, T] tokens that count (action tokens).
+      mode: a name in `AGGREGATIONS.names()`; unknown modes raise KeyError.
+      scale: constant `C` for "seq-mean-token-sum-norm"; ignored by the other modes.
+
+    Returns:
+      f32[] aggregated loss (0 when the mask is empty).
+    """
+    return AGGREGATIONS.get(mode)(loss, mask, scale)

@@ -1,0 +1,340 @@
+"""A Llama/Qwen-style decoder policy in Flax NNX, with a value head and a KV cache.
+
+Architecture: token embedding, N pre-norm blocks of grouped-query attention (RoPE, optional
+q/k/v bias as in Qwen2, optional q/k RMSNorm as in Qwen3) and a SwiGLU MLP, a final RMSNorm,
+an (optionally tied) LM head, and a value head (`shared` on the policy trunk, or a `separate`
+critic decoder).
+
+The forward pass is written for the slot layout (see `rl4agents.types`): callers pass explicit
+positions and an attention mask over key slots, so padding inside a sequence is invisible to
+the model. The KV cache is an explicit pytree passed in and out; nothing is stored on modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    d_ff: int = 192
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    qkv_bias: bool = False  # Qwen2
+    qk_norm: bool = False  # Qwen3
+    tie_embeddings: bool = False
+    value_head: str = "none"  # "none" | "shared" | "separate"
+    dtype: str = "float32"  # compute dtype: "float32" | "bfloat16"
+    param_dtype: str = "float32"
+    remat: bool = False
+
+    def __post_init__(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.num_heads={self.num_heads} must be a multiple of "
+                f"model.num_kv_heads={self.num_kv_heads}"
+            )
+        if self.value_head not in ("none", "shared", "separate"):
+            raise ValueError(
+                f"model.value_head={self.value_head!r}; allowed: 'none', 'shared', 'separate'"
+            )
+        for field in ("dtype", "param_dtype"):
+            if getattr(self, field) not in ("float32", "bfloat16"):
+                raise ValueError(
+                    f"model.{field}={getattr(self, field)!r}; allowed: 'float32', 'bfloat16'"
+                )
+
+
+PRESETS = {
+    "tiny": dict(d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, d_ff=192),
+    "small": dict(d_model=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32, d_ff=384),
+    # The peers' benchmark model (Qwen2 layout, 3.2M parameters).
+    "bench": dict(
+        d_model=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        d_ff=688,
+        qkv_bias=True,
+    ),
+    "qwen2_0.5b": dict(
+        d_model=896,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        d_ff=4864,
+        qkv_bias=True,
+        tie_embeddings=True,
+        rope_theta=1e6,
+    ),
+    "qwen2_1.5b": dict(
+        d_model=1536,
+        num_layers=28,
+        num_heads=12,
+        num_kv_heads=2,
+        head_dim=128,
+        d_ff=8960,
+        qkv_bias=True,
+        tie_embeddings=True,
+        rope_theta=1e6,
+    ),
+    "llama_1b": dict(
+        d_model=2048,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=64,
+        d_ff=8192,
+        tie_embeddings=True,
+        rope_theta=500000.0,
+    ),
+    "qwen2_7b": dict(
+        d_model=3584,
+        num_layers=28,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        d_ff=18944,
+        qkv_bias=True,
+        rope_theta=1e6,
+    ),
+}
+
+
+class LayerCache(NamedTuple):
+    k: jax.Array  # [B, T, KV, hd]
+    v: jax.Array  # [B, T, KV, hd]
+
+
+class Output(NamedTuple):
+    logits: jax.Array  # f32[B, S, V]
+    values: jax.Array | None  # f32[B, S] or None
+    cache: tuple[LayerCache, ...] | None
+
+
+def _dtype(name: str):
+    return jnp.bfloat16 if name == "bfloat16" else jnp.float32
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, param_dtype):
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.eps = eps
+
+    def __call__(self, x):
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return (xf * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+    """Rotary embedding (half-split convention of Llama/Qwen in HF). x: [B, S, H, hd]."""
+    hd = x.shape[-1]
+    freq = theta ** (-jnp.arange(0, hd, 2, dtype=jnp.float32) / hd)  # [hd/2]
+    angles = positions.astype(jnp.float32)[..., None] * freq  # [B, S, hd/2]
+    cos = jnp.cos(angles)[:, :, None, :]
+    sin = jnp.sin(angles)[:, :, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
+
+
+def _dense(rngs, d_in, d_out, param_dtype, bias=False):
+    return nnx.Linear(
+        d_in,
+        d_out,
+        use_bias=bias,
+        param_dtype=param_dtype,
+        rngs=rngs,
+        kernel_init=nnx.initializers.normal(0.02),
+    )
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = _dtype(cfg.param_dtype)
+        self.cfg = cfg
+        h, kv, hd, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.d_model
+        self.q_proj = _dense(rngs, d, h * hd, pd, cfg.qkv_bias)
+        self.k_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias)
+        self.v_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias)
+        self.o_proj = _dense(rngs, h * hd, d, pd)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.norm_eps, pd)
+            self.k_norm = RMSNorm(hd, cfg.norm_eps, pd)
+
+    def __call__(self, x, positions, mask, cache: LayerCache | None, write_index):
+        cfg = self.cfg
+        dt = _dtype(cfg.dtype)
+        b, s, _ = x.shape
+        q = self.q_proj(x).astype(dt).reshape(b, s, cfg.num_heads, cfg.head_dim)
+        k = self.k_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
+        v = self.v_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = rope(q, positions, cfg.rope_theta)
+        k = rope(k, positions, cfg.rope_theta)
+        if cache is not None:
+            start = (0, write_index, 0, 0)
+            k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
+            v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
+            cache = LayerCache(k_all, v_all)
+        else:
+            k_all, v_all = k, v
+        groups = cfg.num_heads // cfg.num_kv_heads
+        q = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim)
+        scores = jnp.einsum(
+            "bsngh,btnh->bngst", q, k_all.astype(dt), preferred_element_type=jnp.float32
+        ) / jnp.sqrt(jnp.float32(cfg.head_dim))
+        scores = jnp.where(mask[:, None, None, :, :], scores, jnp.float32(-1e30))
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+        out = jnp.einsum("bngst,btnh->bsngh", probs, v_all.astype(dt))
+        out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
+        return self.o_proj(out).astype(dt), cache
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = _dtype(cfg.param_dtype)
+        self.gate_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd)
+        self.up_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd)
+        self.down_proj = _dense(rngs, cfg.d_ff, cfg.d_model, pd)
+        self.dtype = _dtype(cfg.dtype)
+
+    def __call__(self, x):
+        h = jax.nn.silu(self.gate_proj(x).astype(self.dtype)) * self.up_proj(x).astype(self.dtype)
+        return self.down_proj(h).astype(self.dtype)
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = _dtype(cfg.param_dtype)
+        self.input_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.attn = Attention(cfg, rngs)
+        self.post_attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x, positions, mask, cache, write_index):
+        h, cache = self.attn(self.input_norm(x), positions, mask, cache, write_index)
+        x = x + h
+        x = x + self.mlp(self.post_attn_norm(x))
+        return x, cache
+
+
+class Decoder(nnx.Module):
+    """Embedding, blocks, final norm. Returns hidden states [B, S, D]."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = _dtype(cfg.param_dtype)
+        self.cfg = cfg
+        self.embed = nnx.Embed(
+            cfg.vocab_size,
+            cfg.d_model,
+            param_dtype=pd,
+            rngs=rngs,
+            embedding_init=nnx.initializers.normal(0.02),
+        )
+        self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+
+    def __call__(self, tokens, positions, mask, cache=None, write_index=0):
+        x = self.embed(tokens).astype(_dtype(self.cfg.dtype))
+        new_cache = []
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache[i]
+            if self.cfg.remat and cache is None:
+                x, c = nnx.remat(lambda blk, *a: blk(*a))(layer, x, positions, mask, None, 0)
+            else:
+                x, c = layer(x, positions, mask, layer_cache, write_index)
+            new_cache.append(c)
+        return self.final_norm(x), (None if cache is None else tuple(new_cache))
+
+
+class Policy(nnx.Module):
+    """Decoder LM with an optional value head (`shared` trunk or `separate` critic)."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = _dtype(cfg.param_dtype)
+        self.cfg = cfg
+        self.model = Decoder(cfg, rngs)
+        if not cfg.tie_embeddings:
+            self.lm_head = _dense(rngs, cfg.d_model, cfg.vocab_size, pd)
+        if cfg.value_head == "separate":
+            self.critic = Decoder(cfg, rngs)
+        if cfg.value_head != "none":
+            self.value_proj = nnx.Linear(
+                cfg.d_model, 1, param_dtype=pd, rngs=rngs, kernel_init=nnx.initializers.zeros
+            )
+
+    def logits(self, hidden):
+        if self.cfg.tie_embeddings:
+            w = self.model.embed.embedding[...]
+            return jnp.einsum(
+                "bsd,vd->bsv", hidden, w.astype(hidden.dtype), preferred_element_type=jnp.float32
+            )
+        return self.lm_head(hidden).astype(jnp.float32)
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        cache: tuple[LayerCache, ...] | None = None,
+        write_index: jax.Array | int = 0,
+        with_values: bool = False,
+    ) -> Output:
+        """Forward pass.
+
+        Args:
+          tokens: int32[B, S] input tokens.
+          positions: int32[B, S] RoPE positions (count of valid tokens before each slot).
+          mask: bool[B, S, Tk] attention mask over key slots (Tk = S without a cache, or the
+            cache length T with one).
+          cache: per-layer KV cache, k/v [B, T, KV, hd]; the S new keys are written at
+            `write_index` before attending.
+          write_index: int32[] slot where this chunk starts in the cache.
+          with_values: also return the value head's output.
+
+        Returns:
+          Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None).
+        """
+        hidden, cache = self.model(tokens, positions, mask, cache, write_index)
+        values = None
+        if with_values and self.cfg.value_head == "shared":
+            values = self.value_proj(hidden).astype(jnp.float32)[..., 0]
+        elif with_values and self.cfg.value_head == "separate":
+            critic_hidden, _ = self.critic(tokens, positions, mask)
+            values = self.value_proj(critic_hidden).astype(jnp.float32)[..., 0]
+        return Output(self.logits(hidden), values, cache)
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int) -> tuple[LayerCache, ...]:
+    """Zero KV cache for `batch` rows of `length` slots."""
+    shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
+    dt = _dtype(cfg.dtype)
+    return tuple(
+        LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(cfg.num_layers)
+    )
+
+
+def make_config(preset: str, vocab_size: int, **overrides) -> ModelConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"model.preset={preset!r}; allowed: {sorted(PRESETS)}")
+    return ModelConfig(vocab_size=vocab_size, **{**PRESETS[preset], **overrides})
+
+
+def count_params(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))

@@ -1,0 +1,72 @@
+"""Pure token sampling: temperature, top-k, top-p (nucleus) and greedy."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def scaled_log_probs(logits: jax.Array, temperature: float) -> jax.Array:
+    """log softmax(logits / temperature); the distribution the policy loss optimises.
+
+    Args:
+      logits: f32[..., V].
+      temperature: > 0.
+
+    Returns:
+      f32[..., V] log-probabilities.
+    """
+    return jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+
+
+def filter_logits(logits: jax.Array, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """Mask logits outside the top-k set and outside the top-p nucleus with -inf.
+
+    Args:
+      logits: f32[B, V] (already temperature-scaled).
+      top_k: keep the k largest (0 disables).
+      top_p: keep the smallest set whose probability reaches top_p (1.0 disables).
+
+    Returns:
+      f32[B, V] filtered logits; at least one entry per row stays finite.
+    """
+    neg = jnp.finfo(jnp.float32).min
+    if top_k and top_k < logits.shape[-1]:
+        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
+        logits = jnp.where(logits < kth, neg, logits)
+    if top_p < 1.0:
+        sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
+        probs = jax.nn.softmax(sorted_logits, axis=-1)
+        cum = jnp.cumsum(probs, axis=-1)
+        # Keep tokens whose preceding cumulative mass is below top_p (the first always stays).
+        keep_sorted = (cum - probs) < top_p
+        cutoff = jnp.min(jnp.where(keep_sorted, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+        logits = jnp.where(logits < cutoff, neg, logits)
+    return logits
+
+
+def sample(
+    key: jax.Array,
+    logits: jax.Array,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+) -> jax.Array:
+    """Sample one token per row.
+
+    Args:
+      key: PRNG key.
+      logits: f32[B, V] raw logits.
+      temperature, top_k, top_p: sampling controls (static).
+      greedy: take the argmax instead of sampling.
+
+    Returns:
+      int32[B] token ids.
+    """
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    scaled = logits.astype(jnp.float32) / temperature
+    scaled = filter_logits(scaled, top_k, top_p)
+    return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)

@@ -1,0 +1,1 @@
+"""Jitted multi-turn rollout."""

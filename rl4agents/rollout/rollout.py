@@ -1,0 +1,321 @@
+"""The jitted multi-turn rollout: sampling with a KV cache and environment steps in one program.
+
+`rollout` runs B episodes (num_tasks tasks x G samples, the samples of a task sharing its
+initial state) for up to K turns as one `lax.scan` over turns, each turn an inner scan over up
+to A action tokens. There is no host round trip per token or per turn. Trajectories use the
+slot layout of `rl4agents.types`: a prompt block of P slots, then per turn A action slots and
+O observation slots; RoPE positions and attention masks come from the running count of valid
+tokens, so the model sees exactly the packed sequence and a teacher-forced pass over the final
+tokens (`score`) reproduces the recorded log-probs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rl4agents.models import policy as policy_lib
+from rl4agents.models import sampling
+from rl4agents.types import Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    num_tasks: int  # distinct tasks per batch
+    group_size: int  # G samples per task
+    max_turns: int  # K
+    max_action_len: int  # A, action slots per turn (an action ends at end-of-action or A)
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    greedy: bool = False
+    max_context_len: int = 0  # 0 = as long as K turns need; else K is cut to fit
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_tasks * self.group_size
+
+
+class Layout(NamedTuple):
+    """Static slot sizes of a rollout."""
+
+    prompt: int  # P
+    action: int  # A
+    obs: int  # O
+    turns: int  # K actually run (after fitting the context)
+    length: int  # T = P + K * (A + O)
+
+
+def make_layout(env, cfg: RolloutConfig) -> Layout:
+    """Slot sizes for `env` under `cfg`; raises if not even one turn fits."""
+    prompt, obs, action = 1 + env.max_prompt_len, env.max_obs_len, cfg.max_action_len
+    if action < env.max_action_len:
+        raise ValueError(
+            f"rollout.max_action_len={action} is shorter than the environment's longest "
+            f"action ({env.max_action_len} tokens); allowed: >= {env.max_action_len}"
+        )
+    turns = cfg.max_turns
+    if cfg.max_context_len:
+        need = prompt + action + obs
+        if cfg.max_context_len < need:
+            raise ValueError(
+                f"rollout.max_context_len={cfg.max_context_len} is too short for one turn: "
+                f"the prompt ({prompt}) + one action ({action}) + one observation ({obs}) "
+                f"need {need} tokens; allowed: >= {need} or 0 (fit all turns)"
+            )
+        turns = min(turns, (cfg.max_context_len - prompt) // (action + obs))
+    return Layout(prompt, action, obs, turns, prompt + turns * (action + obs))
+
+
+class _Ctx(NamedTuple):
+    cache: Any
+    key_valid: jax.Array  # bool[B, T] slots written so far that are real tokens
+    count: jax.Array  # int32[B] valid tokens so far (next RoPE position)
+    logits: jax.Array  # f32[B, V] prediction for the next token
+
+
+def _write(model, ctx: _Ctx, tokens, valid, start) -> _Ctx:
+    """Feed a chunk of S slots starting at slot `start`; keep logits of its last valid token."""
+    b, s = tokens.shape
+    length = ctx.key_valid.shape[1]
+    key_valid = jax.lax.dynamic_update_slice(ctx.key_valid, valid, (0, start))
+    positions = ctx.count[:, None] + jnp.cumsum(valid, axis=1) - 1
+    positions = jnp.maximum(positions, 0)
+    slots = start + jnp.arange(s)
+    mask = key_valid[:, None, :] & (jnp.arange(length)[None, None, :] <= slots[None, :, None])
+    out = model(tokens, positions, mask, ctx.cache, start)
+    n_valid = valid.sum(axis=1)
+    last = jnp.maximum(jnp.max(jnp.where(valid, jnp.arange(s), -1), axis=1), 0)
+    last_logits = jnp.take_along_axis(out.logits, last[:, None, None], axis=1)[:, 0]
+    logits = jnp.where((n_valid > 0)[:, None], last_logits, ctx.logits)
+    return _Ctx(out.cache, key_valid, ctx.count + n_valid.astype(jnp.int32), logits)
+
+
+class _TurnOut(NamedTuple):
+    tokens: jax.Array  # int32[B, A+O]
+    valid: jax.Array  # bool[B, A+O]
+    action: jax.Array  # bool[B, A+O]
+    obs: jax.Array  # bool[B, A+O]
+    logp: jax.Array  # f32[B, A+O]
+    turn_end: jax.Array  # int32[B]
+    reward: jax.Array  # f32[B]
+    turn_valid: jax.Array  # bool[B]
+    action_valid: jax.Array  # bool[B]
+    anchor: jax.Array  # uint32[B]
+
+
+def rollout(
+    key: jax.Array,
+    graphdef: nnx.GraphDef,
+    params: Any,
+    env,
+    env_params: Any,
+    cfg: RolloutConfig,
+    task_keys: jax.Array | None = None,
+    shard_fn=None,
+) -> Trajectory:
+    """Run B = num_tasks x G episodes of up to K turns; pure and jittable.
+
+    Args:
+      key: PRNG key for tasks, sampling and environment noise.
+      graphdef: static graph of the `Policy` module (from `nnx.split`).
+      params: the policy's state (any `nnx.State` mergeable with graphdef).
+      env: an environment (static).
+      env_params: its params (pytree).
+      cfg: static rollout settings.
+      task_keys: optional key[num_tasks] that fix the tasks (e.g. evaluation seeds); by default
+        tasks are drawn from `key`.
+      shard_fn: optional function constraining per-episode pytrees to the batch sharding.
+
+    Returns:
+      A `Trajectory` of B rows, group ids 0..num_tasks-1, each repeated G times.
+    """
+    model = nnx.merge(graphdef, params)
+    lay = make_layout(env, cfg)
+    b, g = cfg.batch_size, cfg.group_size
+    pad, bos, eoa = env.tokenizer.pad_id, env.tokenizer.bos_id, env.tokenizer.eoa_id
+    key_tasks, key_sample, key_env = jax.random.split(key, 3)
+    if task_keys is None:
+        task_keys = jax.random.split(key_tasks, cfg.num_tasks)
+    group_ids = jnp.arange(b, dtype=jnp.int32) // g
+    shard = shard_fn or (lambda tree: tree)
+    env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(task_keys[group_ids], env_params)
+    env_state, ts = shard((env_state, ts))
+
+    # Prompt: BOS + the reset observation.
+    prompt_tokens = jnp.concatenate([jnp.full((b, 1), bos, jnp.int32), ts.obs_tokens], axis=1)
+    prompt_valid = jnp.concatenate(
+        [jnp.ones((b, 1), bool), jnp.arange(lay.prompt - 1)[None, :] < ts.obs_len[:, None]],
+        axis=1,
+    )
+    prompt_tokens = jnp.where(prompt_valid, prompt_tokens, pad)
+    ctx = _Ctx(
+        cache=policy_lib.init_cache(model.cfg, b, lay.length),
+        key_valid=jnp.zeros((b, lay.length), bool),
+        count=jnp.zeros((b,), jnp.int32),
+        logits=jnp.zeros((b, model.cfg.vocab_size), jnp.float32),
+    )
+    ctx = shard(ctx)
+    ctx = _write(model, ctx, prompt_tokens, prompt_valid, 0)
+    sample_fn = functools.partial(
+        sampling.sample,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        top_p=cfg.top_p,
+        greedy=cfg.greedy,
+    )
+
+    def _token_step(carry, i, *, alive, start, key_turn):
+        ctx, stopped = carry
+        token = sample_fn(jax.random.fold_in(key_turn, i), ctx.logits)
+        active = alive & ~stopped
+        logp_all = sampling.scaled_log_probs(ctx.logits, cfg.temperature)
+        logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
+        token = jnp.where(active, token, pad)
+        ctx = _write(model, ctx, token[:, None], active[:, None], start + i)
+        stopped = stopped | (token == eoa)
+        return (ctx, stopped), (token, active, jnp.where(active, logp, 0.0))
+
+    def _turn_step(carry, k):
+        ctx, env_state, done, success, anchor = carry
+        alive = ~done
+        start = lay.prompt + k * (lay.action + lay.obs)
+        body = functools.partial(
+            _token_step, alive=alive, start=start, key_turn=jax.random.fold_in(key_sample, k)
+        )
+        (ctx, _), (act_tok, act_on, act_logp) = jax.lax.scan(
+            body, (ctx, jnp.zeros((b,), bool)), jnp.arange(lay.action)
+        )
+        act_tok, act_on, act_logp = act_tok.T, act_on.T, act_logp.T  # [B, A]
+        content = act_on & (act_tok != eoa)
+        action_len = content.sum(axis=1).astype(jnp.int32)
+        env_keys = jax.random.split(jax.random.fold_in(key_env, k), b)
+        env_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, 0, None))(
+            env_keys, env_state, jnp.where(content, act_tok, pad), action_len, env_params
+        )
+        obs_valid = (jnp.arange(lay.obs)[None, :] < ts.obs_len[:, None]) & alive[:, None]
+        obs_tok = jnp.where(obs_valid, ts.obs_tokens, pad)
+        ctx = _write(model, ctx, obs_tok, obs_valid, start + lay.action)
+        n_act = act_on.sum(axis=1).astype(jnp.int32)
+        out = _TurnOut(
+            tokens=jnp.concatenate([act_tok, obs_tok], axis=1),
+            valid=jnp.concatenate([act_on, obs_valid], axis=1),
+            action=jnp.concatenate([act_on, jnp.zeros_like(obs_valid)], axis=1),
+            obs=jnp.concatenate([jnp.zeros_like(act_on), obs_valid], axis=1),
+            logp=jnp.concatenate([act_logp, jnp.zeros(obs_valid.shape, jnp.float32)], axis=1),
+            turn_end=jnp.where(alive & (n_act > 0), start + n_act - 1, -1),
+            reward=jnp.where(alive, ts.reward, 0.0),
+            turn_valid=alive,
+            action_valid=alive & ts.valid_action,
+            anchor=anchor,
+        )
+        success = success | (alive & ts.success)
+        anchor = jnp.where(alive, ts.anchor, anchor)
+        return (ctx, env_state, done | (alive & ts.done), success, anchor), out
+
+    init = (ctx, env_state, jnp.zeros((b,), bool), jnp.zeros((b,), bool), ts.anchor)
+    (_, _, done, success, _), turns = jax.lax.scan(_turn_step, init, jnp.arange(lay.turns))
+
+    def _flat(x):  # [K, B, A+O] -> [B, K*(A+O)]
+        return jnp.swapaxes(x, 0, 1).reshape(b, -1)
+
+    turn_idx = jnp.repeat(jnp.arange(lay.turns, dtype=jnp.int32), lay.action + lay.obs)
+    valid = jnp.concatenate([prompt_valid, _flat(turns.valid)], axis=1)
+    tokens = jnp.concatenate([prompt_tokens, _flat(turns.tokens)], axis=1)
+    turn_ids = jnp.concatenate(
+        [jnp.full((b, lay.prompt), -1, jnp.int32), jnp.where(_flat(turns.valid), turn_idx, -1)],
+        axis=1,
+    )
+    rewards = turns.reward.T
+    return Trajectory(
+        tokens=tokens,
+        valid_mask=valid,
+        action_mask=jnp.concatenate([jnp.zeros_like(prompt_valid), _flat(turns.action)], 1),
+        obs_mask=jnp.concatenate([prompt_valid, _flat(turns.obs)], axis=1),
+        turn_ids=turn_ids,
+        turn_end=turns.turn_end.T,
+        logp_behavior=jnp.concatenate(
+            [jnp.zeros(prompt_valid.shape, jnp.float32), _flat(turns.logp)], axis=1
+        ),
+        turn_rewards=rewards,
+        turn_valid=turns.turn_valid.T,
+        turn_action_valid=turns.action_valid.T,
+        anchors=turns.anchor.T,
+        outcome_reward=rewards.sum(axis=1),
+        success=success,
+        done=done,
+        truncated=~done,
+        group_ids=group_ids,
+        num_turns=turns.turn_valid.sum(axis=0).astype(jnp.int32),
+    )
+
+
+class Scores(NamedTuple):
+    logp: jax.Array  # f32[B, T] log-prob of each token given the valid tokens before it
+    entropy: jax.Array  # f32[B, T] entropy of the distribution that predicted each token
+    values: jax.Array | None  # f32[B, T] value of the state before each token, or None
+    logits_src: jax.Array  # f32[B, T, V] raw logits at each slot (prediction of next token)
+
+
+def neighbour_slots(valid_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Previous and next valid slot of every slot.
+
+    Args:
+      valid_mask: bool[B, T].
+
+    Returns:
+      prev int32[B, T] (-1 if none) and next int32[B, T] (T if none).
+    """
+    t = valid_mask.shape[1]
+    idx = jnp.arange(t, dtype=jnp.int32)
+    prev_incl = jax.lax.cummax(jnp.where(valid_mask, idx, -1), axis=1)
+    prev = jnp.concatenate([jnp.full_like(prev_incl[:, :1], -1), prev_incl[:, :-1]], axis=1)
+    next_incl = jax.lax.cummin(jnp.where(valid_mask, idx, t), axis=1, reverse=True)
+    nxt = jnp.concatenate([next_incl[:, 1:], jnp.full_like(next_incl[:, :1], t)], axis=1)
+    return prev, nxt
+
+
+def score(
+    model: policy_lib.Policy,
+    tokens: jax.Array,
+    valid_mask: jax.Array,
+    temperature: float = 1.0,
+    with_values: bool = False,
+) -> Scores:
+    """Teacher-forced pass over final trajectories in the slot layout.
+
+    Args:
+      model: the policy (merged).
+      tokens: int32[B, T].
+      valid_mask: bool[B, T].
+      temperature: the sampling temperature (log-probs use logits / temperature).
+      with_values: also evaluate the value head.
+
+    Returns:
+      Scores: per-slot log-prob of the slot's token, entropy of its predicting distribution and
+      the value of the state before it, all read at the previous valid slot; 0 where a slot has
+      no previous valid slot.
+    """
+    b, t = tokens.shape
+    positions = jnp.maximum(jnp.cumsum(valid_mask, axis=1) - 1, 0)
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    mask = valid_mask[:, None, :] & causal[None]
+    out = model(tokens, positions, mask, with_values=with_values)
+    logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, T, V]
+    prev, nxt = neighbour_slots(valid_mask)
+    target = jnp.take_along_axis(tokens, jnp.minimum(nxt, t - 1), axis=1)
+    logp_src = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
+    ent_src = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    has_prev = prev >= 0
+    src = jnp.maximum(prev, 0)
+
+    def at_prev(x):
+        return jnp.where(has_prev, jnp.take_along_axis(x, src, axis=1), 0.0)
+
+    values = None if out.values is None else at_prev(out.values)
+    return Scores(at_prev(logp_src), at_prev(ent_src), values, out.logits)

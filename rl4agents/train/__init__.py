@@ -1,0 +1,1 @@
+"""Training loop pieces: metric writers, train steps, and the driver."""

@@ -1,0 +1,230 @@
+"""Resolve a config into an `Experiment`: validated, static, ready to jit.
+
+Every check happens here, at start-up, and raises one `ValueError` naming the field, the bad
+value and what is allowed. Nothing in a ConfigDict enters jitted code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from rl4agents import config_utils, credit, envs, losses, sharding, text
+from rl4agents.models import policy as policy_lib
+from rl4agents.rollout import rollout as rollout_lib
+from rl4agents.train import state as state_lib
+from rl4agents.train import step as step_lib
+
+# Fields that must match between a checkpoint's config and a resuming run.
+COMPAT_KEYS = (
+    "env.name",
+    "env.vocab",
+    "model.preset",
+    "model.value_head",
+    "model.param_dtype",
+    "model.d_model",
+    "model.num_layers",
+    "model.d_ff",
+    "loss.kl_coef",
+    "optim.grad_clip",
+    "optim.weight_decay",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    config: ml_collections.ConfigDict
+    env: Any
+    model_cfg: policy_lib.ModelConfig
+    step_cfg: step_lib.StepConfig
+    mesh: jax.sharding.Mesh
+    train_step: Any  # jitted (state, key_root) -> (state, metrics)
+
+    @property
+    def config_json(self) -> str:
+        return self.config.to_json_best_effort(sort_keys=True, indent=2)
+
+    def init_state(self, key: jax.Array) -> state_lib.TrainState:
+        """Fresh parameters, optimizer state and (when KL is on) the frozen reference copy."""
+        model = policy_lib.Policy(self.model_cfg, nnx.Rngs(key))
+        _, params = nnx.split(model)
+        # A separate copy: the train step donates its state, and a buffer cannot be donated twice.
+        ref = jax.tree.map(jnp.copy, params) if self.step_cfg.loss.kl_coef > 0 else None
+        state = state_lib.TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=self.step_cfg.optimizer.init(params),
+            ref_params=ref,
+        )
+        return jax.device_put(state, sharding.replicated(self.mesh))
+
+    def abstract_state(self) -> state_lib.TrainState:
+        shapes = jax.eval_shape(self.init_state, jax.random.key(0))
+        rep = sharding.replicated(self.mesh)
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=rep), shapes)
+
+    def root_key(self) -> jax.Array:
+        return jax.random.key(self.config.seed)
+
+    @functools.cached_property
+    def _eval_fns(self) -> dict:
+        return {}
+
+    def eval_fn(self, split: str, greedy: bool, num_tasks: int):
+        """A jitted `(params, seed) -> metrics` that evaluates on `num_tasks` fixed tasks."""
+        cache_key = (split, greedy, num_tasks)
+        if cache_key not in self._eval_fns:
+            env, env_params = self.env.make_split(split)
+            rc = dataclasses.replace(
+                self.step_cfg.rollout, num_tasks=num_tasks, group_size=1, greedy=greedy
+            )
+            check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
+
+            def run(params, seed):
+                root = jax.random.key(seed)
+                task_keys = jax.random.split(jax.random.fold_in(root, 0), num_tasks)
+                return step_lib.evaluate(
+                    params,
+                    task_keys,
+                    jax.random.fold_in(root, 1),
+                    self.step_cfg,
+                    env,
+                    env_params,
+                    rc,
+                )
+
+            self._eval_fns[cache_key] = jax.jit(run)
+        return self._eval_fns[cache_key]
+
+
+def check_batch(batch: int, group: int, mesh, field: str) -> None:
+    div = sharding.batch_size_divisor(mesh)
+    if batch % div:
+        raise ValueError(
+            f"{field}: batch of {batch} episodes is not divisible by the mesh's data size "
+            f"{div} (mesh {dict(mesh.shape)}); allowed: multiples of {div}"
+        )
+    # Groups may straddle devices (GSPMD reduces across them); a per-device batch that is a
+    # multiple of the group size keeps group statistics local, which is faster.
+
+
+def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.ModelConfig:
+    overrides = {k: c.model[k] for k in ("d_model", "num_layers", "d_ff") if c.model[k]}
+    return policy_lib.make_config(
+        c.model.preset,
+        vocab_size,
+        value_head=c.model.value_head,
+        dtype=c.model.dtype,
+        param_dtype=c.model.param_dtype,
+        remat=c.model.remat,
+        **overrides,
+    )
+
+
+def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
+    """Validate `config` and build the environment, model config, step config and jitted step."""
+    c = config
+    # Environment.
+    config_utils.check_choice("env.name", c.env.name, envs.registry.names())
+    env_kwargs = envs.registry.validate(c.env.name, config_utils.to_dict(c.env[c.env.name]))
+    env = envs.make(c.env.name, **env_kwargs)
+    config_utils.check_choice("env.vocab", c.env.vocab, ("builtin", "minimal"))
+    if c.env.vocab == "minimal":
+        env = envs.make(c.env.name, tokenizer=text.minimal_tokenizer(env), **env_kwargs)
+    # Model.
+    model_cfg = _model_config(c, env.tokenizer.vocab_size)
+    # Credit.
+    config_utils.check_choice("credit.name", c.credit.name, credit.names())
+    credit_kw = credit.validate(c.credit.name, config_utils.to_dict(c.credit[c.credit.name]))
+    needs_values = credit.requires_values(c.credit.name)
+    if needs_values and model_cfg.value_head == "none":
+        raise ValueError(
+            f"credit.name={c.credit.name!r} needs a critic but model.value_head='none'; "
+            "allowed: 'shared' or 'separate'"
+        )
+    if c.credit.name == "grpo" and c.rollout.group_size < 2:
+        raise ValueError(
+            f"rollout.group_size={c.rollout.group_size} is below 2, but credit.name='grpo' "
+            "needs groups of at least 2 samples per task; allowed: >= 2"
+        )
+    # Loss.
+    config_utils.check_choice("loss.policy", c.loss.policy, losses.names())
+    policy_kw = losses.validate(c.loss.policy, config_utils.to_dict(c.loss[c.loss.policy]))
+    config_utils.check_choice("loss.kl_estimator", c.loss.kl_estimator, losses.KL_KINDS)
+    loss_cfg = step_lib.LossConfig(
+        policy_fn=functools.partial(losses.get(c.loss.policy), **policy_kw),
+        agg=policy_kw.get("agg", "token-mean"),
+        entropy_coef=c.loss.entropy_coef,
+        kl_coef=c.loss.kl_coef,
+        kl_estimator=c.loss.kl_estimator,
+        value_coef=c.loss.value_coef,
+        value_clip=c.loss.value_clip,
+    )
+    # Rollout and mesh.
+    for field in ("num_tasks", "group_size", "max_turns", "max_action_len"):
+        if c.rollout[field] < 1:
+            raise ValueError(f"rollout.{field}={c.rollout[field]}; allowed: >= 1")
+    if c.rollout.temperature <= 0:
+        raise ValueError(f"rollout.temperature={c.rollout.temperature}; allowed: > 0")
+    rollout_cfg = rollout_lib.RolloutConfig(
+        num_tasks=c.rollout.num_tasks,
+        group_size=c.rollout.group_size,
+        max_turns=c.rollout.max_turns,
+        max_action_len=c.rollout.max_action_len,
+        temperature=c.rollout.temperature,
+        top_k=c.rollout.top_k,
+        top_p=c.rollout.top_p,
+        max_context_len=c.rollout.max_context_len,
+    )
+    rollout_lib.make_layout(env, rollout_cfg)  # raises if one turn does not fit
+    if mesh is None:
+        mesh = sharding.make_mesh(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
+    check_batch(rollout_cfg.batch_size, rollout_cfg.group_size, mesh, "rollout.num_tasks")
+    if rollout_cfg.batch_size % c.train.minibatches:
+        raise ValueError(
+            f"train.minibatches={c.train.minibatches} does not divide the batch of "
+            f"{rollout_cfg.batch_size} episodes; allowed: a divisor of it"
+        )
+    optimizer = state_lib.make_optimizer(
+        lr=c.optim.lr,
+        b1=c.optim.b1,
+        b2=c.optim.b2,
+        weight_decay=c.optim.weight_decay,
+        grad_clip=c.optim.grad_clip,
+        warmup_steps=c.optim.warmup_steps,
+        schedule=c.optim.schedule,
+        total_steps=c.train.num_steps * c.train.epochs * c.train.minibatches,
+    )
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(model_cfg, nnx.Rngs(0))))
+    step_cfg = step_lib.StepConfig(
+        graphdef=graphdef,
+        env=env,
+        env_params=env.default_params("train"),
+        rollout=rollout_cfg,
+        credit_fn=functools.partial(credit.get(c.credit.name), **credit_kw),
+        needs_values=needs_values,
+        loss=loss_cfg,
+        optimizer=optimizer,
+        epochs=c.train.epochs,
+        minibatches=c.train.minibatches,
+        mesh=mesh,
+    )
+    rep = sharding.replicated(mesh)
+    train_step = jax.jit(
+        functools.partial(step_lib.train_step, cfg=step_cfg),
+        in_shardings=(rep, rep),
+        out_shardings=(rep, rep),
+        donate_argnums=(0,),
+    )
+    return Experiment(c, env, model_cfg, step_cfg, mesh, train_step)
+
+
+def config_from_json(text: str) -> dict:
+    return json.loads(text)

@@ -1,0 +1,239 @@
+"""The host training loop: resume, progress bar, evaluation, logging, checkpoints, plots.
+
+This is the one library module that does I/O. Everything numeric happens in the jitted train
+step; the loop fetches one small dict of scalars per iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import tqdm
+
+from rl4agents import checkpoint as checkpoint_lib
+from rl4agents.train import experiment as experiment_lib
+from rl4agents.train import writers
+
+EVAL_KEYS = ("success", "reward", "turns", "invalid_rate", "truncated")
+
+
+def evaluate(exp: experiment_lib.Experiment, params, split: str, num_tasks: int) -> dict:
+    """Greedy and sampled evaluation on `num_tasks` fixed tasks of `split`."""
+    out = {}
+    for mode, greedy in (("greedy", True), ("sampled", False)):
+        m = jax.device_get(
+            exp.eval_fn(split, greedy, num_tasks)(params, exp.config.train.eval_seed)
+        )
+        out.update({f"{mode}_{k}": float(m[k]) for k in EVAL_KEYS})
+    return out
+
+
+class _StopRequest:
+    """Turns SIGTERM into a flag so the loop can checkpoint and exit cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = None
+
+    def __enter__(self):
+        try:
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not in the main thread
+            self._old = None
+        return self
+
+    def _handle(self, *_):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def run(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    stop_after: int | None = None,
+    mesh=None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Train `config` in `workdir`, resuming from its latest checkpoint.
+
+    Args:
+      config: a full config (see configs/base.py).
+      workdir: run directory: checkpoints/, metrics.jsonl, tb/, curves.png, summary.json.
+      stop_after: stop (with a checkpoint) after this many steps in this call; for tests of
+        interruption and resume.
+      mesh: optional mesh overriding config.mesh.
+      quiet: no progress bar and no printed summary.
+
+    Returns:
+      The summary dict (also written to workdir/summary.json).
+    """
+    exp = experiment_lib.build(config, mesh=mesh)
+    c = exp.config
+    os.makedirs(workdir, exist_ok=True)
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        max_to_keep=c.checkpoint.max_to_keep,
+        config_json=exp.config_json,
+        compat_keys=experiment_lib.COMPAT_KEYS,
+    )
+    start = ckpt.latest_step()
+    if start is None:
+        state, start = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1)), 0
+    else:
+        state = ckpt.restore(start, exp.abstract_state())
+    metrics_path = os.path.join(workdir, writers.METRICS_NAME)
+    previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
+    wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=0.0)
+    # Rows after the checkpointed step are redone by this run; drop them first.
+    writer = writers.MetricWriter(workdir, resume_step=start + 1)
+    root = exp.root_key()
+    t0 = time.perf_counter() - wall_offset
+    milestones = _milestones(previous)
+    num_steps = c.train.num_steps
+    bar = tqdm.tqdm(
+        total=num_steps,
+        initial=start,
+        disable=quiet or not c.log.progress,
+        unit="step",
+        dynamic_ncols=True,
+    )
+    step = start
+    compile_s = None
+    with _StopRequest() as stop:
+        try:
+            while step < num_steps:
+                t_step = time.perf_counter()
+                state, metrics = exp.train_step(state, root)
+                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                if compile_s is None:
+                    compile_s = time.perf_counter() - t_step
+                step += 1
+                wall = time.perf_counter() - t0
+                if step % c.log.every == 0 or step == num_steps:
+                    writer.write(step, metrics, prefix="train", wall_time=wall)
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['reward']:.3f}",
+                    success=f"{metrics['success']:.2f}",
+                    refresh=False,
+                )
+                if step % c.train.eval_every == 0 or step == num_steps:
+                    ev = evaluate(exp, state.params, "test", c.train.eval_tasks)
+                    writer.write(step, ev, prefix="eval_test", wall_time=wall)
+                    _update_milestones(milestones, ev["greedy_success"], step, wall)
+                    bar.write(
+                        f"step {step}: held-out greedy success {ev['greedy_success']:.3f}, "
+                        f"sampled {ev['sampled_success']:.3f} ({wall:.0f}s)"
+                    ) if not quiet else None
+                if step % c.checkpoint.every == 0:
+                    ckpt.save(step, state)
+                out_of_time = c.train.max_minutes and wall > 60 * c.train.max_minutes
+                if (
+                    stop.requested
+                    or out_of_time
+                    or (stop_after is not None and step - start >= stop_after)
+                ):
+                    break
+        except KeyboardInterrupt:
+            if not quiet:
+                print(f"\nInterrupted at step {step}; saving a checkpoint.")
+        finally:
+            bar.close()
+            ckpt.save(step, state)
+            ckpt.wait()
+            writer.close()
+    summary = _summarize(
+        exp,
+        state,
+        workdir,
+        step,
+        time.perf_counter() - t0,
+        milestones,
+        compile_s,
+        final=step >= num_steps,
+        quiet=quiet,
+    )
+    ckpt.close()
+    return summary
+
+
+def _milestones(rows) -> dict:
+    out = {}
+    for r in rows:
+        if "eval_test/greedy_success" in r:
+            _update_milestones(out, r["eval_test/greedy_success"], r["step"], r["wall_time"])
+    return out
+
+
+def _update_milestones(ms: dict, success: float, step: int, wall: float) -> None:
+    for thr in (0.5, 0.8, 0.9):
+        key = f"time_to_{thr}"
+        if success >= thr and key not in ms:
+            ms[key] = {"step": step, "wall_s": round(wall, 1)}
+
+
+def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, quiet):
+    c = exp.config
+    summary: dict[str, Any] = {
+        "steps": int(step),
+        "wall_s": round(wall, 1),
+        "first_step_s": None if compile_s is None else round(compile_s, 2),
+        "milestones": milestones,
+        "finished": bool(final),
+    }
+    rows = []
+    if final:
+        for split in ("train", "test", "ood"):
+            ev = evaluate(exp, state.params, split, c.train.eval_tasks)
+            summary[f"eval_{split}"] = ev
+            rows.append(
+                {
+                    "split": split,
+                    **{
+                        k: ev[k]
+                        for k in (
+                            "greedy_success",
+                            "sampled_success",
+                            "greedy_reward",
+                            "greedy_turns",
+                            "greedy_invalid_rate",
+                        )
+                    },
+                }
+            )
+    metrics_path = os.path.join(workdir, writers.METRICS_NAME)
+    png = os.path.join(workdir, "curves.png")
+    keys = [k for k in c.log.plot_keys]
+    try:
+        writers.plot_curves(metrics_path, png, keys, title=f"{c.env.name} / {c.credit.name}")
+        summary["curves"] = png
+    except ValueError:
+        pass
+    summary["checkpoints"] = os.path.join(workdir, "checkpoints")
+    tmp = os.path.join(workdir, "summary.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=2)
+    os.replace(tmp, os.path.join(workdir, "summary.json"))
+    if not quiet:
+        print()
+        if rows:
+            print(f"Final evaluation ({c.train.eval_tasks} tasks per split):")
+            print(writers.format_table(rows))
+        print(f"\nsteps {step}, wall {wall:.0f}s, milestones {milestones}")
+        print(f"curves: {summary.get('curves')}\ncheckpoints: {summary['checkpoints']}")
+    return summary
+
+
+def np_float(x) -> float:
+    return float(np.asarray(x))

@@ -1,0 +1,49 @@
+"""Training state and optimizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import optax
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32[] number of updates applied
+    params: Any  # nnx.State of the policy (and value head)
+    opt_state: Any  # optax state
+    ref_params: Any  # nnx.State of the frozen reference policy, or None (no KL term)
+
+
+def make_optimizer(
+    *,
+    lr: float,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    weight_decay: float = 0.0,
+    grad_clip: float = 1.0,
+    warmup_steps: int = 0,
+    schedule: str = "constant",
+    total_steps: int = 1,
+) -> optax.GradientTransformation:
+    """AdamW with global-norm clipping and a warm-up then constant or cosine schedule."""
+    if schedule == "constant":
+        sched = (
+            optax.join_schedules(
+                [optax.linear_schedule(0.0, lr, max(warmup_steps, 1)), optax.constant_schedule(lr)],
+                [warmup_steps],
+            )
+            if warmup_steps
+            else optax.constant_schedule(lr)
+        )
+    elif schedule == "cosine":
+        sched = optax.warmup_cosine_decay_schedule(
+            0.0, lr, max(warmup_steps, 1), max(total_steps, warmup_steps + 1)
+        )
+    else:
+        raise ValueError(f"optim.schedule={schedule!r}; allowed: 'constant', 'cosine'")
+    parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
+    parts.append(optax.adamw(sched, b1=b1, b2=b2, weight_decay=weight_decay))
+    return optax.chain(*parts)

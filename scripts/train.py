@@ -1,0 +1,38 @@
+"""Train an agent from a config file.
+
+  python scripts/train.py --config=configs/frozen_lake.py --workdir=runs/fl
+  python scripts/train.py --config=configs/sokoban.py:ppo_gae --workdir=runs/sok \
+      --config.optim.lr=3e-4
+
+Resumes automatically from the workdir's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from rl4agents.train import loop  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, curves).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        loop.run(_CONFIG.value, _WORKDIR.value)
+    except (ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,95 @@
+"""Bad configs fail at start-up with one message naming the field, value and what is allowed."""
+
+import subprocess
+import sys
+
+import pytest
+
+from configs import base, frozen_lake
+from rl4agents import credit, envs, losses, sharding
+from rl4agents.train import experiment
+
+
+def _cfg(**overrides):
+    c = frozen_lake.get_config()
+    c.unlock()
+    for key, value in overrides.items():
+        node = c
+        *path, field = key.split(".")
+        for p in path:
+            node = node[p]
+        node[field] = value
+    c.lock()
+    return c
+
+
+@pytest.mark.parametrize(
+    "overrides, pattern",
+    [
+        ({"env.name": "frozen_lak"}, r"env.name='frozen_lak' is not allowed; allowed: \["),
+        ({"credit.name": "grpoo"}, r"credit.name='grpoo' is not allowed; allowed: \[.*'grpo'"),
+        ({"loss.policy": "ppo"}, r"loss.policy='ppo' is not allowed"),
+        ({"rollout.group_size": 1}, r"rollout.group_size=1 is below 2.*'grpo'"),
+        (
+            {"rollout.num_tasks": 3, "rollout.group_size": 3},
+            r"batch of 9 episodes is not divisible by the mesh's data size 8",
+        ),
+        ({"rollout.max_context_len": 10}, r"max_context_len=10 is too short for one turn"),
+        ({"credit.name": "ppo_gae"}, r"needs a critic but model.value_head='none'"),
+        ({"model.preset": "huge"}, r"model.preset='huge'; allowed: \["),
+        ({"model.value_head": "both"}, r"model.value_head='both'"),
+        ({"mesh.shape": (3, 1, 1)}, r"mesh.shape=\(3, 1, 1\)"),
+        ({"optim.schedule": "linear"}, r"optim.schedule='linear'; allowed"),
+        ({"loss.kl_estimator": "k4"}, r"loss.kl_estimator='k4' is not allowed"),
+        ({"rollout.temperature": 0.0}, r"rollout.temperature=0.0; allowed: > 0"),
+    ],
+)
+def test_build__bad_config_names_field_and_allowed(overrides, pattern):
+    with pytest.raises((ValueError, KeyError), match=pattern):
+        experiment.build(_cfg(**overrides))
+
+
+def test_config__misspelt_key_is_rejected():
+    c = frozen_lake.get_config()
+    with pytest.raises(AttributeError, match="lrr"):
+        c.optim.lrr = 1.0
+
+
+def test_config__unknown_variant_field_is_rejected():
+    c = frozen_lake.get_config()
+    c.unlock()
+    c.credit.grpo.epsilon = 1e-4
+    c.lock()
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['epsilon'\].*allowed fields"):
+        experiment.build(c)
+
+
+def test_config__every_registered_variant_has_a_section():
+    c = base.get_config()
+    for name in credit.names():
+        assert name in c.credit
+    for name in losses.names():
+        assert name in c.loss
+    for name in envs.names():
+        assert name in c.env
+
+
+def test_cli__misspelt_override_fails_with_suggestion(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "scripts/train.py",
+            "--config=configs/frozen_lake.py",
+            f"--workdir={tmp_path}",
+            "--config.optim.lrr=1e-3",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert "lrr" in out.stderr and 'Did you mean "lr"' in out.stderr
+
+
+def test_mesh__bad_shape_fails():
+    with pytest.raises(ValueError, match=r"mesh.shape=\(16, 1, 1\) needs 16 devices"):
+        sharding.make_mesh(("data", "fsdp", "tensor"), (16, 1, 1))
