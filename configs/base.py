@@ -35,6 +35,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.d_model = 0  # 0 = the preset's value (same for the fields below)
     c.model.num_layers = 0
     c.model.d_ff = 0
+    c.model.num_heads = 0
+    c.model.num_kv_heads = 0
+    c.model.head_dim = 0
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.num_tasks = 32  # tasks per batch
@@ -83,6 +86,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.eval_every = 25
     c.train.eval_tasks = 256
     c.train.eval_seed = 1234
+    c.train.ood_max_turns = 0  # turn limit on the (larger) OOD tasks; 0 = rollout.max_turns
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 50

@@ -15,15 +15,22 @@ def get_config(arg: str | None = None):
     c = base.get_config()
     c.unlock()
     c.env.name = "frozen_lake"
-    c.rollout.num_tasks = 32
-    c.rollout.group_size = 8
+    # 16 maps x 16 samples: more samples per map give map-specific successes to learn from.
+    c.rollout.num_tasks = 16
+    c.rollout.group_size = 16
     c.rollout.max_turns = 8
+    c.env.frozen_lake.compact = True  # 16 cell tokens per observation, no row breaks
     c.env.vocab = "minimal"  # a from-scratch model explores ~20 tokens, not ~170
     c.rollout.max_action_len = 1  # one action word; the turn ends at the action budget
-    c.loss.entropy_coef = 0.01
+    # The tiny preset: 2 layers, d_model 64, 4 heads of 16 (2 KV heads). Reading a cell's
+    # neighbours through causal attention needs several heads per layer: with 2 heads the
+    # policy plateaued at ~0.45 held-out success (map-blind paths) in the same time.
+    c.loss.entropy_coef = 0.02  # delays the entropy collapse that kills the GRPO signal
     c.optim.lr = 1e-3
-    c.train.num_steps = 400
+    c.train.num_steps = 1500
+    c.train.max_minutes = 15.0  # the quickstart's wall-time budget
     c.train.eval_every = 25
+    c.train.ood_max_turns = 16  # 6x6 maps need 10 moves
     c.credit.name = arg or "grpo"
     if c.credit.name == "ppo_gae":
         c.model.value_head = "shared"

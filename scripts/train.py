@@ -13,8 +13,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# On a CPU host, one XLA device per core lets the data-parallel mesh use every core (XLA's CPU
+# fusions are single-threaded). Only the host platform is affected; GPUs/TPUs are unchanged.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    ).strip()
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from rl4agents.train import loop  # noqa: E402
@@ -25,6 +32,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     try:

@@ -117,6 +117,7 @@ class FrozenLake:
         test_fraction: float = 0.2,
         ood_size: int = 6,
         num_candidates: int = 64,
+        compact: bool = False,
         tokenizer: text.Tokenizer | None = None,
     ):
         if size < 2:
@@ -134,6 +135,7 @@ class FrozenLake:
             test_fraction=test_fraction,
             ood_size=ood_size,
             num_candidates=num_candidates,
+            compact=compact,
             tokenizer=tokenizer,
         )
         self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
@@ -148,13 +150,22 @@ class FrozenLake:
 
         self._actions = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
         self._frags = text.FragmentTable.build(
-            self.tokenizer, {**_CELLS, "newline": "\n", "invalid": "invalid action\n"}
+            self.tokenizer,
+            {
+                **_CELLS,
+                # compact: no row breaks and a one-word message, for fast CPU training.
+                "newline": "" if compact else "\n",
+                # Ends every observation: the policy's next token is its action.
+                "end": "\n",
+                "invalid": "invalid" if compact else "invalid action\n",
+            },
         )
         cell_len = int(self._frags.lengths[: len(_CELLS)].max())
         newline_len = int(self._frags.lengths[self._frags.id("newline")])
         self.num_actions = len(ACTIONS)
         self.max_action_len = int(self._actions.lengths.max())
-        self.max_prompt_len = size * size * cell_len + size * newline_len
+        end_len = int(self._frags.lengths[self._frags.id("end")])
+        self.max_prompt_len = size * size * cell_len + (size - 1) * newline_len + end_len
         invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
         self.max_obs_len = invalid_len + self.max_prompt_len
 
@@ -259,7 +270,8 @@ class FrozenLake:
         cells = jnp.where(state.holes, 1, 0).at[n - 1, n - 1].set(2)
         cells = cells.at[state.pos[0], state.pos[1]].set(3)
         newline = jnp.full((n, 1), self._frags.id("newline"))
-        return jnp.concatenate([cells, newline], axis=1).ravel().astype(jnp.int32)
+        ids = jnp.concatenate([cells, newline], axis=1).ravel().astype(jnp.int32)
+        return ids.at[-1].set(self._frags.id("end"))
 
     def _generate(self, key: jax.Array, split: jax.Array) -> jax.Array:
         """bool[N, N] first solvable candidate layout of the split's class (while_loop rounds)."""

@@ -150,6 +150,7 @@ class Sokoban:
         ood_size: int = 7,
         ood_num_boxes: int = 2,
         num_candidates: int = 64,
+        compact: bool = False,
         tokenizer: text.Tokenizer | None = None,
     ):
         if size < 5:
@@ -172,6 +173,7 @@ class Sokoban:
             ood_size=ood_size,
             ood_num_boxes=ood_num_boxes,
             num_candidates=num_candidates,
+            compact=compact,
             tokenizer=tokenizer,
         )
         self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
@@ -197,15 +199,22 @@ class Sokoban:
             self.tokenizer,
             {
                 **dict(zip(_CELL_NAMES, _CHARS, strict=True)),
-                "newline": "\n",
-                "invalid": "invalid action\n",
+                # compact: the interior only (the border is always wall), no row breaks and
+                # a one-word message, for fast CPU training.
+                "newline": "" if compact else "\n",
+                # Ends every observation: the policy's next token is its action.
+                "end": "\n",
+                "invalid": "invalid" if compact else "invalid action\n",
             },
         )
+        self.compact = compact
         cell_len = int(self._frags.lengths[: len(_CHARS)].max())
         newline_len = int(self._frags.lengths[self._frags.id("newline")])
         self.num_actions = len(ACTIONS)
         self.max_action_len = int(self._actions.lengths.max())
-        self.max_prompt_len = size * size * cell_len + size * newline_len
+        rows = size - 2 if compact else size
+        end_len = int(self._frags.lengths[self._frags.id("end")])
+        self.max_prompt_len = rows * rows * cell_len + (rows - 1) * newline_len + end_len
         invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
         self.max_obs_len = invalid_len + self.max_prompt_len
 
@@ -303,8 +312,12 @@ class Sokoban:
 
     def _grid_ids(self, state: SokobanState) -> jax.Array:
         """int32[N * (N + 1)] fragment ids of the room, one newline after each row."""
-        newline = jnp.full((self.size, 1), self._frags.id("newline"), jnp.int32)
-        return jnp.concatenate([cell_codes(state), newline], axis=1).ravel()
+        cells = cell_codes(state)
+        if self.compact:
+            cells = cells[1:-1, 1:-1]
+        newline = jnp.full((cells.shape[0], 1), self._frags.id("newline"), jnp.int32)
+        ids = jnp.concatenate([cells, newline], axis=1).ravel()
+        return ids.at[-1].set(self._frags.id("end"))
 
     @property
     def _bits_per_candidate(self) -> int:

@@ -32,6 +32,9 @@ COMPAT_KEYS = (
     "model.d_model",
     "model.num_layers",
     "model.d_ff",
+    "model.num_heads",
+    "model.num_kv_heads",
+    "model.head_dim",
     "loss.kl_coef",
     "optim.grad_clip",
     "optim.weight_decay",
@@ -82,8 +85,13 @@ class Experiment:
         cache_key = (split, greedy, num_tasks)
         if cache_key not in self._eval_fns:
             env, env_params = self.env.make_split(split)
+            turns = self.config.train.get("ood_max_turns", 0) if split == "ood" else 0
             rc = dataclasses.replace(
-                self.step_cfg.rollout, num_tasks=num_tasks, group_size=1, greedy=greedy
+                self.step_cfg.rollout,
+                num_tasks=num_tasks,
+                group_size=1,
+                greedy=greedy,
+                max_turns=turns or self.step_cfg.rollout.max_turns,
             )
             check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
 
@@ -116,7 +124,8 @@ def check_batch(batch: int, group: int, mesh, field: str) -> None:
 
 
 def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.ModelConfig:
-    overrides = {k: c.model[k] for k in ("d_model", "num_layers", "d_ff") if c.model[k]}
+    fields = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "head_dim")
+    overrides = {k: c.model[k] for k in fields if c.model[k]}
     return policy_lib.make_config(
         c.model.preset,
         vocab_size,

@@ -110,6 +110,7 @@ def run(
     )
     step = start
     compile_s = None
+    finished = False
     with _StopRequest() as stop:
         try:
             while step < num_steps:
@@ -139,6 +140,8 @@ def run(
                 if step % c.checkpoint.every == 0:
                     ckpt.save(step, state)
                 out_of_time = c.train.max_minutes and wall > 60 * c.train.max_minutes
+                # Reaching num_steps or the wall-time budget ends the run (final evaluation).
+                finished = step >= num_steps or bool(out_of_time)
                 if (
                     stop.requested
                     or out_of_time
@@ -161,7 +164,7 @@ def run(
         time.perf_counter() - t0,
         milestones,
         compile_s,
-        final=step >= num_steps,
+        final=finished,
         quiet=quiet,
     )
     ckpt.close()

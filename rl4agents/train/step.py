@@ -104,29 +104,43 @@ def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
     }
 
 
+def train_length(cfg: StepConfig) -> int:
+    """Slots the update needs: everything up to the last action block (the final observation
+    block is never trained on by the policy loss, so it is left out of the forward pass)."""
+    lay = rollout_lib.make_layout(cfg.env, cfg.rollout)
+    return lay.length - lay.obs
+
+
 def prepare_batch(state: TrainState, traj: Trajectory, cfg: StepConfig):
-    """Old values / reference log-probs (one teacher-forced pass each) and advantages."""
-    zeros = jnp.zeros(traj.tokens.shape, jnp.float32)
+    """Old values / reference log-probs (one teacher-forced pass each) and advantages.
+
+    Returns a `Batch` cut to `train_length(cfg)` slots, and advantage metrics.
+    """
+    t_full, t_train = traj.tokens.shape[1], train_length(cfg)
+    tokens, valid = traj.tokens[:, :t_train], traj.valid_mask[:, :t_train]
+
+    def pad(x):  # [B, t_train] -> [B, T]; the cut slots hold no action tokens
+        return jnp.pad(x, ((0, 0), (0, t_full - t_train)))
+
     values_old = logp_ref = None
     if cfg.needs_values:
         model = nnx.merge(cfg.graphdef, state.params)
-        values_old = rollout_lib.score(
-            model, traj.tokens, traj.valid_mask, cfg.rollout.temperature, True
-        ).values
+        values_old = pad(
+            rollout_lib.score(model, tokens, valid, cfg.rollout.temperature, True).values
+        )
     if cfg.loss.kl_coef > 0:
         ref = nnx.merge(cfg.graphdef, state.ref_params)
-        logp_ref = rollout_lib.score(
-            ref, traj.tokens, traj.valid_mask, cfg.rollout.temperature
-        ).logp
+        logp_ref = rollout_lib.score(ref, tokens, valid, cfg.rollout.temperature).logp
     out = cfg.credit_fn(traj, values_old)
+    zeros = jnp.zeros(tokens.shape, jnp.float32)
     batch = Batch(
-        tokens=traj.tokens,
-        valid_mask=traj.valid_mask,
-        action_mask=traj.action_mask,
-        logp_old=traj.logp_behavior,
-        advantages=out.advantages,
-        returns=zeros if out.returns is None else out.returns,
-        values_old=zeros if values_old is None else values_old,
+        tokens=tokens,
+        valid_mask=valid,
+        action_mask=traj.action_mask[:, :t_train],
+        logp_old=traj.logp_behavior[:, :t_train],
+        advantages=out.advantages[:, :t_train],
+        returns=zeros if out.returns is None else out.returns[:, :t_train],
+        values_old=zeros if values_old is None else values_old[:, :t_train],
         logp_ref=zeros if logp_ref is None else logp_ref,
     )
     adv_metrics = {

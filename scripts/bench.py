@@ -1,0 +1,555 @@
+"""Speed benchmarks: our default experiment, and the peers' jobs side by side with ours.
+
+  python scripts/bench.py                       # default config: compile, rollout, env, step
+  python scripts/bench.py --quick               # smoke run (small shapes, one repeat)
+  python scripts/bench.py --vs-peers --repeats 3 --json out.json
+
+`--vs-peers` runs the peer benchmark's jobs (TRL/PyTorch, Tunix, plain JAX; one tiny Qwen2
+shape, vocab 512, float32, random init) and the same jobs in rl4agents, interleaved per round:
+single-turn generation (32 prompts x 64 tokens, 64 new tokens, temperature 1, no EOS), a
+single-turn GRPO step (4 prompts x 8, reward = share of token 7), the multi-turn FrozenLake
+rollout (4 maps x 8 samples, 8 turns, 16 action tokens, full history) and its GRPO step.
+Peer jobs need the peers' virtual environments under `--peers-dir` (set up as their README
+says: `trl`, `tunix`, `jax`); a missing one is skipped with a message. The peer scripts are
+copied to `--scratch` and run there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+# One XLA device per core, as scripts/train.py does, so the data-parallel mesh uses every core.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    ).strip()
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import datetime  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import jax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from rl4agents import config_utils, envs, sharding  # noqa: E402
+from rl4agents.bench import jobs, peer_lake, peer_single, peers  # noqa: E402
+from rl4agents.models import policy as policy_lib  # noqa: E402
+from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
+from rl4agents.train import experiment as experiment_lib  # noqa: E402
+
+_T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def load_config(path: str, quick: bool):
+    path, _, arg = path.partition(":")
+    spec = importlib.util.spec_from_file_location("bench_config", os.path.join(_REPO, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(arg or None)
+    if quick:
+        with c.unlocked():
+            ndev = jax.device_count()
+            c.rollout.num_tasks, c.rollout.group_size, c.rollout.max_turns = ndev, 2, 2
+    return c
+
+
+def _fmt_s(t: dict | None) -> str:
+    if not t:
+        return "-"
+    return f"{t['median_s']:.3f} ({t['min_s']:.3f}-{t['max_s']:.3f})"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    return "\n".join([line, sep, *body])
+
+
+# ----- default mode -----------------------------------------------------------------------
+
+
+def bench_default(args) -> dict:
+    config = load_config(args.config, args.quick)
+    exp = experiment_lib.build(config)
+    sc = exp.step_cfg
+    lay = rollout_lib.make_layout(sc.env, sc.rollout)
+    log(
+        f"config {args.config}: B={sc.rollout.batch_size} K={lay.turns} A={lay.action} "
+        f"O={lay.obs} P={lay.prompt} T={lay.length}, vocab {exp.model_cfg.vocab_size}, "
+        f"mesh {dict(exp.mesh.shape)}"
+    )
+    out = dict(
+        config=args.config,
+        layout=lay._asdict(),
+        batch=sc.rollout.batch_size,
+        params=policy_lib.count_params(nnx.split(policy_lib.Policy(exp.model_cfg, nnx.Rngs(0)))[1]),
+    )
+    log("rollout: compile + steady state")
+    rollout_fn = jobs.make_rollout_fn(sc.graphdef, sc.env, sc.env_params, sc.rollout, exp.mesh)
+    params = exp.init_state(jax.random.key(1)).params
+    timing, counts = jobs.time_rollout(rollout_fn, params, args.repeats, jax.random.key(2))
+    out["rollout"] = dict(timing.as_dict(), **counts)
+    log(f"  first {timing.first_s:.2f} s, median {timing.median:.4f} s")
+    log("train step: compile + steady state")
+    timing, metrics = jobs.time_train_step(exp, args.repeats)
+    out["train_step"] = dict(timing.as_dict(), metrics=metrics)
+    log(f"  first {timing.first_s:.2f} s, median {timing.median:.4f} s")
+    num_envs, num_steps = (64, 2) if args.quick else (1024, 8)
+    out["env"] = {}
+    for name in ("frozen_lake", "sokoban"):
+        log(f"env alone: {name}, {num_envs} instances x {num_steps} steps")
+        kwargs = envs.registry.validate(name, config_utils.to_dict(config.env[name]))
+        env = sc.env if name == config.env.name else envs.make(name, **kwargs)
+        out["env"][name] = jobs.env_throughput(
+            env, num_envs, num_steps, args.repeats, jax.random.key(3)
+        )
+    return out
+
+
+def print_default(res: dict) -> None:
+    r, s = res["rollout"], res["train_step"]
+    lay = res["layout"]
+    print(
+        f"\nDefault config {res['config']}: {res['batch']} episodes x {lay['turns']} turns, "
+        f"{lay['length']} slots, {res['params']:,} parameters"
+    )
+    rows = [
+        ["train step: first call (trace+compile+run)", f"{s['first_s']:.2f} s", ""],
+        ["train step: compile (first - median)", f"{s['first_s'] - s['median_s']:.2f} s", ""],
+        ["train step: steady state", _fmt_s(s), "s/step"],
+        ["rollout: first call (trace+compile+run)", f"{r['first_s']:.2f} s", ""],
+        ["rollout: compile (first - median)", f"{r['first_s'] - r['median_s']:.2f} s", ""],
+        ["rollout: steady state", _fmt_s(r), "s/batch"],
+        ["rollout: sampled action tokens/s", f"{r['action_tokens_per_s']:,.0f}", "tok/s"],
+        ["rollout: valid context tokens/s", f"{r['context_tokens_per_s']:,.0f}", "tok/s"],
+        ["rollout: slots processed/s (B x T)", f"{r['slots_per_s']:,.0f}", "slots/s"],
+        ["rollout: env steps/s (alive turns)", f"{r['env_steps_per_s']:,.0f}", "steps/s"],
+        ["rollout: episodes/s", f"{r['episodes_per_s']:,.0f}", "episodes/s"],
+    ]
+    for name, e in res["env"].items():
+        rows.append(
+            [
+                f"env alone: {name} reset ({e['num_envs']} vmapped)",
+                f"{e['resets_per_s']:,.0f}",
+                "resets/s",
+            ]
+        )
+        rows.append(
+            [
+                f"env alone: {name} step ({e['num_envs']} x {e['num_steps']} scanned)",
+                f"{e['steps_per_s']:,.0f}",
+                "steps/s",
+            ]
+        )
+    print(_table(["measurement", "value", "unit"], rows))
+
+
+# ----- our versions of the peer jobs ------------------------------------------------------
+
+
+@dataclasses.dataclass
+class OurJob:
+    name: str
+    label: str
+    run: Callable[[int], tuple]  # repeats -> (Timing, counts or metrics)
+    first_s: float | None = None
+
+
+def _bench_model(vocab_size: int) -> policy_lib.ModelConfig:
+    return policy_lib.make_config("bench", vocab_size)
+
+
+def our_jobs(mesh) -> dict[str, OurJob]:
+    """The four peer jobs in rl4agents (compiled lazily on their first run)."""
+    model_cfg = _bench_model(peer_single.VOCAB)
+    graphdef, params = nnx.split(policy_lib.Policy(model_cfg, nnx.Rngs(0)))
+    params = jax.device_put(params, sharding.replicated(mesh))
+    out = {}
+
+    def rollout_job(name, label, env, rcfg, task_keys=None):
+        fn = jobs.make_rollout_fn(
+            graphdef, env, env.default_params(), rcfg, mesh, task_keys=task_keys
+        )
+        state = {"i": 0}
+
+        def run(repeats):
+            state["i"] += 1
+            timing, counts = jobs.time_rollout(
+                fn, params, repeats, jax.random.fold_in(jax.random.key(7), state["i"])
+            )
+            return timing, counts
+
+        out[name] = OurJob(name, label, run)
+
+    def step_job(name, label, env, rcfg):
+        step_cfg = jobs.peer_step_config(env, rcfg, model_cfg, mesh)
+        exp = jobs.make_experiment(step_cfg, model_cfg, mesh)
+        state = {"i": 0}
+
+        def run(repeats):
+            state["i"] += 1
+            return jobs.time_train_step(exp, repeats, seed=state["i"])
+
+        out[name] = OurJob(name, label, run)
+
+    # (a) single-turn: 32 x (64 prompt + 64 new) tokens, EOS off; GRPO 4 x 8, EOS live.
+    gen_env = peer_single.RandomPrompt(max_completion=64, eos=False)
+    rollout_job(
+        "gen",
+        "rl4agents rollout (1 turn, 64 tokens)",
+        gen_env,
+        rollout_lib.RolloutConfig(num_tasks=32, group_size=1, max_turns=1, max_action_len=64),
+    )
+    step_job(
+        "grpo",
+        "rl4agents train_step (1 turn)",
+        peer_single.RandomPrompt(max_completion=64, eos=True),
+        rollout_lib.RolloutConfig(num_tasks=4, group_size=8, max_turns=1, max_action_len=64),
+    )
+    # (b) multi-turn FrozenLake: 4 maps x 8 samples, 8 turns, 16 action tokens.
+    lake = peer_lake.PeerLake()
+    mt_cfg = rollout_lib.RolloutConfig(
+        num_tasks=peer_lake.NUM_MAPS, group_size=8, max_turns=peer_lake.MAX_TURNS, max_action_len=16
+    )
+    rollout_job(
+        "mt_rollout",
+        "rl4agents rollout (jitted, KV cache kept)",
+        lake,
+        mt_cfg,
+        task_keys=peer_lake.task_keys(peer_lake.NUM_MAPS),
+    )
+    step_job("mt_grpo", "rl4agents train_step (multi-turn)", lake, mt_cfg)
+    return out
+
+
+_ORDER = {  # peer jobs then ours, per job family (the interleaving of one round)
+    "gen": ("trl_gen", "jax_decode", "tunix_gen"),
+    "grpo": ("trl_grpo_nogc", "torch_manual", "tunix_grpo", "jax_grpo"),
+    "mt_rollout": ("trl_mt_rollout", "tunix_mt_rollout"),
+    "mt_grpo": ("trl_mt_grpo", "torch_mt_manual", "tunix_mt_grpo"),
+}
+
+
+def bench_vs_peers(args, mesh) -> dict:
+    selected = set(args.peer_jobs.split(",")) if args.peer_jobs else None
+    by_name = {j.name: j for j in peers.PEER_JOBS}
+    scripts_src = peers.find_scripts(
+        [
+            args.peers_src,
+            os.path.join(_REPO, "shared/bench/peers"),
+            os.path.join(_REPO, "../shared/bench/peers"),
+        ]
+    )
+    run_peers = {}
+    for job in peers.PEER_JOBS:
+        if args.skip_peers or (selected is not None and job.name not in selected):
+            continue
+        if scripts_src is None:
+            log(f"skip {job.name}: peer scripts not found (pass --peers-src)")
+        elif not peers.available(args.peers_dir, job):
+            log(
+                f"skip {job.name}: no venv at {os.path.join(args.peers_dir, job.venv)} "
+                "(set it up as the peers' README says, or pass --peers-dir)"
+            )
+        else:
+            run_peers[job.name] = job
+    scripts = peers.stage_scripts(scripts_src, args.scratch) if run_peers else None
+    ours = our_jobs(mesh)
+    families = [f for f in _ORDER if not args.only or f in args.only.split(",")]
+    results = {name: [] for name in [*ours, *run_peers]}
+    for rnd in range(args.rounds):
+        for fam in families:
+            for name in _ORDER[fam]:
+                if name not in run_peers:
+                    continue
+                log(f"round {rnd + 1}/{args.rounds}: peer {name} ({by_name[name].label})")
+                r = peers.run(
+                    run_peers[name],
+                    args.peers_dir,
+                    scripts,
+                    args.repeats,
+                    args.peer_timeout,
+                    args.peer_threads,
+                )
+                if "error" in r:
+                    log(f"  {name} failed: {r['error']}")
+                else:
+                    log(f"  median {r['median_s']:.3f} s (first {r['first_s']})")
+                results[name].append(r)
+            log(f"round {rnd + 1}/{args.rounds}: ours {fam} ({ours[fam].label})")
+            timing, extra = ours[fam].run(args.repeats)
+            r = dict(timing.as_dict(), **extra)
+            if rnd:  # compiled in round 1; later first calls are warm
+                r["warm_first_s"] = r.pop("first_s")
+            log(f"  median {timing.median:.4f} s (first {timing.first_s:.2f} s)")
+            results[fam].append(r)
+    return dict(
+        families=families,
+        peers_src=scripts_src and os.path.relpath(scripts_src, _REPO),
+        peer_jobs_run=sorted(run_peers),
+        per_round=results,
+        summary=summarize(results, families),
+    )
+
+
+def _pool(rounds: list[dict]) -> dict | None:
+    ok = [r for r in rounds if "error" not in r]
+    if not ok:
+        return None
+    times = [t for r in ok for t in r["times_s"]]
+    firsts = [r["first_s"] for r in ok if r.get("first_s") is not None]
+    pooled = dict(
+        median_s=statistics.median(times),
+        min_s=min(times),
+        max_s=max(times),
+        n=len(times),
+        first_s=firsts[0] if firsts else None,
+    )
+    keys = ("env_steps", "action_tokens", "context_tokens", "mean_return", "valid_action_frac")
+    for k in (*keys, "mean_turns"):
+        if k in ok[0]:
+            pooled[k] = statistics.median(r[k] for r in ok)
+    return pooled
+
+
+def summarize(results: dict, families: list[str]) -> dict:
+    summary = {}
+    for fam in families:
+        ours = _pool(results.get(fam, []))
+        rows = {}
+        for name in _ORDER[fam]:
+            theirs = _pool(results.get(name, []))
+            row = dict(peer=theirs, recorded_median_s=peers.RECORDED[name])
+            if ours:
+                if theirs:
+                    row["speedup"] = theirs["median_s"] / ours["median_s"]
+                    row["speedup_best"] = theirs["min_s"] / ours["min_s"]
+                row["speedup_vs_recorded"] = peers.RECORDED[name] / ours["median_s"]
+            rows[name] = row
+        summary[fam] = dict(ours=ours, peers=rows)
+    targets = []
+    for fam, peer, need in peers.TARGETS:
+        if fam not in summary or not summary[fam]["ours"]:
+            continue
+        row = summary[fam]["peers"][peer]
+        live = row.get("speedup")
+        got = live if live is not None else row.get("speedup_vs_recorded")
+        targets.append(
+            dict(
+                job=fam,
+                peer=peer,
+                target=need,
+                speedup=got,
+                live=live is not None,
+                met=bool(got is not None and got >= need),
+            )
+        )
+    summary["targets"] = targets
+    return summary
+
+
+_UNITS = {  # family: (work per call, unit) for the rate column
+    "gen": (32 * 64, "new tok/s"),
+    "grpo": (32 * 64, "compl. tok/s"),
+    "mt_rollout": (None, "env steps/s"),
+    "mt_grpo": (None, ""),
+}
+
+
+def _rate(fam: str, pooled: dict, env_steps: float | None = None) -> str:
+    """Work per second at the median time: tokens, or env steps for the multi-turn rollout."""
+    work, unit = _UNITS[fam]
+    if fam == "mt_rollout":
+        work = env_steps
+    return f"{work / pooled['median_s']:,.0f} {unit}" if work else "-"
+
+
+def print_vs_peers(res: dict) -> None:
+    labels = {j.name: j.label for j in peers.PEER_JOBS}
+    titles = {
+        "gen": "Single-turn generation: 32 prompts x 64 tokens -> 64 new tokens (s/call)",
+        "grpo": "Single-turn GRPO step: 4 prompts x 8 completions of <= 64 tokens (s/step)",
+        "mt_rollout": "Multi-turn FrozenLake rollout: 32 episodes, <= 8 turns x 16 tok. (s/batch)",
+        "mt_grpo": "Multi-turn FrozenLake GRPO step: rollout + update (s/step)",
+    }
+    for fam in res["families"]:
+        s = res["summary"][fam]
+        ours = s["ours"]
+        print(f"\n{titles[fam]}")
+        rows = []
+        if ours:
+            first = f"{ours['first_s']:.2f}" if ours.get("first_s") is not None else "-"
+            rows.append(
+                [
+                    "rl4agents (ours)",
+                    first,
+                    _fmt_s(ours),
+                    _rate(fam, ours, ours.get("env_steps")),
+                    "1.00x",
+                    "",
+                ]
+            )
+        for name, row in s["peers"].items():
+            p = row["peer"]
+            speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "not run"
+            rec = row["recorded_median_s"]
+            rec_s = f"{rec:.3f}"
+            if row.get("speedup_vs_recorded"):
+                rec_s += f" ({row['speedup_vs_recorded']:.2f}x)"
+            if p:
+                steps = None
+                if fam == "mt_rollout":
+                    steps = round(p.get("mean_turns", 0) * 32) if p.get("mean_turns") else None
+                first = f"{p['first_s']:.2f}" if p.get("first_s") is not None else "-"
+                rows.append(
+                    [
+                        f"{labels[name]} [{name}]",
+                        first,
+                        _fmt_s(p),
+                        _rate(fam, p, steps),
+                        speed,
+                        rec_s,
+                    ]
+                )
+            else:
+                rows.append([f"{labels[name]} [{name}]", "-", "-", "-", speed, rec_s])
+        print(
+            _table(
+                [
+                    "engine",
+                    "first call s",
+                    "median s (min-max)",
+                    "rate",
+                    "ours faster by",
+                    "recorded s (ours faster by)",
+                ],
+                rows,
+            )
+        )
+    if res["summary"]["targets"]:
+        print("\nTargets (printed, not asserted):")
+        for t in res["summary"]["targets"]:
+            how = "live" if t["live"] else "vs recorded figure"
+            got = "n/a" if t["speedup"] is None else f"{t['speedup']:.2f}x"
+            verdict = "met" if t["met"] else "NOT met"
+            print(f"  {t['job']:<10} >= {t['target']:.0f}x {t['peer']}: {got} ({how}) -> {verdict}")
+
+
+# ----- main -------------------------------------------------------------------------------
+
+
+def meta(args) -> dict:
+    return dict(
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        command=" ".join([os.path.basename(sys.executable), *sys.argv]),
+        jax=jax.__version__,
+        backend=jax.default_backend(),
+        device_count=jax.device_count(),
+        devices=[str(d) for d in jax.devices()],
+        cpu_count=os.cpu_count(),
+        loadavg_start=os.getloadavg(),
+        python=platform.python_version(),
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        repeats=args.repeats,
+        rounds=args.rounds,
+        peer_threads=args.peer_threads,
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--config",
+        default="configs/frozen_lake.py",
+        help="config file[:arg] for the default mode (relative to the repo)",
+    )
+    ap.add_argument("--vs-peers", action="store_true", help="run the peer jobs and ours")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
+    ap.add_argument("--rounds", type=int, default=1, help="--vs-peers: interleaved rounds")
+    ap.add_argument("--quick", action="store_true", help="smoke mode: small shapes, 1 repeat")
+    ap.add_argument("--json", default="", help="write the raw numbers to this file")
+    ap.add_argument(
+        "--peers-dir",
+        default="/tmp/peers",
+        help="root of the peers' venvs (<dir>/trl, <dir>/tunix, <dir>/jax)",
+    )
+    ap.add_argument("--peers-src", default="", help="folder of the peer scripts (mt_common.py)")
+    ap.add_argument(
+        "--scratch",
+        default=os.path.join(tempfile.gettempdir(), "peers_run"),
+        help="scratch copy of the peer scripts (they run there)",
+    )
+    ap.add_argument("--peer-jobs", default="", help="comma list of peer jobs (default: all)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="--vs-peers: comma list of job families: gen,grpo,mt_rollout,mt_grpo",
+    )
+    ap.add_argument("--skip-peers", action="store_true", help="--vs-peers: run only ours")
+    ap.add_argument("--peer-timeout", type=float, default=900.0, help="seconds per peer run")
+    ap.add_argument(
+        "--peer-threads",
+        type=int,
+        default=0,
+        help="set OMP_NUM_THREADS for the peer runs (0: their default, one thread per core); "
+        "use 1 on a machine another job keeps busy, where PyTorch's spinning threads "
+        "otherwise slow HF generate down 10-50x",
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats = 1
+    res = dict(meta=meta(args))
+    log(
+        f"jax {jax.__version__}, {jax.device_count()} {jax.default_backend()} devices, "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
+    )
+    if args.vs_peers:
+        mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
+        res["vs_peers"] = bench_vs_peers(args, mesh)
+    else:
+        res["default"] = bench_default(args)
+    res["meta"]["loadavg_end"] = os.getloadavg()
+    res["meta"]["wall_s"] = round(time.perf_counter() - _T0, 1)
+    print(
+        f"\nrl4agents bench: {res['meta']['date']}, jax {jax.__version__}, "
+        f"{jax.device_count()} {jax.default_backend()} devices, {os.cpu_count()} cores, "
+        f"repeats {args.repeats}"
+    )
+    load = (res["meta"]["loadavg_start"][0], res["meta"]["loadavg_end"][0])
+    if max(load) > 0.5 * (os.cpu_count() or 1):
+        print(
+            f"note: load average {load[0]:.2f} at start, {load[1]:.2f} at end on "
+            f"{os.cpu_count()} cores: other processes shared the machine, so absolute times "
+            "are inflated (compare engines measured in the same run)"
+        )
+    if "default" in res:
+        print_default(res["default"])
+    if "vs_peers" in res:
+        print_vs_peers(res["vs_peers"])
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1, default=float)
+        log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

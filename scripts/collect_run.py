@@ -1,0 +1,65 @@
+"""Copy a run's small artefacts into a results folder: curves PNG, summary JSON, eval CSV.
+
+  python scripts/collect_run.py --workdir=runs/quickstart --out=experiments/results/foundation \
+      --name=quickstart
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+from rl4agents.train import writers  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
+_OUT = flags.DEFINE_string("out", None, "Results folder.")
+_NAME = flags.DEFINE_string("name", None, "Prefix of the copied files.")
+_KEYS = flags.DEFINE_list(
+    "keys",
+    [
+        "train/success",
+        "eval_test/greedy_success",
+        "eval_test/sampled_success",
+        "train/entropy",
+        "train/zero_std_groups",
+    ],
+    "Metrics for the curve plot.",
+)
+flags.mark_flags_as_required(["workdir", "out", "name"])
+
+
+def main(argv):
+    del argv
+    os.makedirs(_OUT.value, exist_ok=True)
+    prefix = os.path.join(_OUT.value, _NAME.value)
+    metrics = os.path.join(_WORKDIR.value, writers.METRICS_NAME)
+    rows = writers.read_metrics(metrics)
+    if not rows:
+        raise SystemExit(f"error: --workdir={_WORKDIR.value!r} has no metrics")
+    writers.plot_curves(
+        metrics, prefix + "_curves.png", _KEYS.value, x="wall_time", title=_NAME.value
+    )
+    evals = [r for r in rows if "eval_test/greedy_success" in r]
+    cols = ["step", "wall_time"] + sorted(k for k in evals[0] if k.startswith("eval_test/"))
+    with open(prefix + "_eval.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in evals:
+            w.writerow({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
+    summary = os.path.join(_WORKDIR.value, "summary.json")
+    if os.path.exists(summary):
+        shutil.copy(summary, prefix + "_summary.json")
+        with open(summary) as f:
+            print(json.dumps(json.load(f), indent=2))
+    print(f"wrote {prefix}_curves.png, {prefix}_eval.csv")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,88 @@
+"""Evaluate a run's latest checkpoint and print a table.
+
+  python scripts/eval.py --workdir=runs/fl --split=test
+  python scripts/eval.py --workdir=runs/fl --split=ood --num_tasks=512 --show=2
+
+The run's own config (workdir/checkpoints/config.json) rebuilds the experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    ).strip()
+
+import jax  # noqa: E402
+import ml_collections  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
+from rl4agents.train import experiment, loop, writers  # noqa: E402
+
+SPLITS = ("train", "test", "ood")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory written by scripts/train.py.")
+_SPLIT = flags.DEFINE_list("split", ["test"], f"Comma-separated splits among {SPLITS}.")
+_NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "Tasks per split (0 = the run's eval_tasks).")
+_STEP = flags.DEFINE_integer("step", -1, "Checkpoint step (-1 = latest).")
+_SEED = flags.DEFINE_integer("seed", -1, "Evaluation seed (-1 = the run's train.eval_seed).")
+flags.mark_flags_as_required(["workdir"])
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv):
+    del argv
+    for split in _SPLIT.value:
+        if split not in SPLITS:
+            _fail(f"--split={split!r} is not allowed; allowed: {list(SPLITS)}")
+    ckpt_dir = os.path.join(_WORKDIR.value, "checkpoints")
+    config_path = os.path.join(ckpt_dir, "config.json")
+    if not os.path.exists(config_path):
+        _fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
+    with open(config_path) as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    if _SEED.value >= 0:
+        config.train.eval_seed = _SEED.value
+    exp = experiment.build(config)
+    ckpt = checkpoint_lib.Checkpointer(
+        ckpt_dir, config_json=exp.config_json, compat_keys=experiment.COMPAT_KEYS
+    )
+    step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value
+    if step is None:
+        _fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
+    if step not in ckpt.all_steps():
+        _fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
+    state = ckpt.restore(step, exp.abstract_state())
+    num_tasks = _NUM_TASKS.value or config.train.eval_tasks
+    rows = []
+    for split in _SPLIT.value:
+        ev = loop.evaluate(exp, state.params, split, num_tasks)
+        rows.append({"split": split, "tasks": num_tasks, **ev})
+    cols = [
+        "split",
+        "tasks",
+        "greedy_success",
+        "sampled_success",
+        "greedy_reward",
+        "greedy_turns",
+        "greedy_invalid_rate",
+        "greedy_truncated",
+    ]
+    print(f"{config.env.name} / {config.credit.name}, checkpoint step {step}")
+    print(writers.format_table(rows, cols))
+    ckpt.close()
+    jax.effects_barrier()
+
+
+if __name__ == "__main__":
+    app.run(main)

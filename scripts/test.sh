@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up (a .venv beside this repo, if absent), lint, and run the default test suite.
+#
+#   ./scripts/test.sh                 # fast suite (slow tests excluded)
+#   ./scripts/test.sh -m slow         # the slow tests only
+#   ./scripts/test.sh tests/credit    # any pytest arguments
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/ruff format --check --quiet .
+.venv/bin/ruff check --quiet .
+exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" "$@"

@@ -1,0 +1,76 @@
+"""Model: presets, value heads, bf16 compute, KV-cache decode equals a full forward."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rl4agents.models import policy as policy_lib
+
+
+def _inputs(b=2, t=12, vocab=50):
+    tokens = jax.random.randint(jax.random.key(0), (b, t), 0, vocab)
+    positions = jnp.broadcast_to(jnp.arange(t), (b, t))
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
+    return tokens, positions, mask
+
+
+@pytest.mark.parametrize("value_head", ["none", "shared", "separate"])
+def test_policy__value_heads(value_head):
+    cfg = policy_lib.make_config("tiny", 50, value_head=value_head)
+    model = policy_lib.Policy(cfg, nnx.Rngs(0))
+    out = model(*_inputs(), with_values=True)
+    assert out.logits.shape == (2, 12, 50)
+    if value_head == "none":
+        assert out.values is None
+    else:
+        assert out.values.shape == (2, 12) and bool(jnp.all(jnp.isfinite(out.values)))
+
+
+def test_policy__kv_cache_decode_equals_full_forward():
+    cfg = policy_lib.make_config("tiny", 50, qkv_bias=True, qk_norm=True)
+    model = policy_lib.Policy(cfg, nnx.Rngs(1))
+    tokens, positions, mask = _inputs()
+    full = model(tokens, positions, mask).logits
+    cache = policy_lib.init_cache(cfg, 2, 12)
+    key_valid = jnp.zeros((2, 12), bool)
+    outs = []
+    for i in range(12):
+        key_valid = key_valid.at[:, i].set(True)
+        step_mask = key_valid[:, None, :] & (jnp.arange(12) <= i)[None, None, :]
+        out = model(tokens[:, i : i + 1], positions[:, i : i + 1], step_mask, cache, i)
+        cache = out.cache
+        outs.append(out.logits)
+    np.testing.assert_allclose(np.concatenate(outs, 1), np.asarray(full), atol=1e-5)
+
+
+def test_policy__bf16_compute_close_to_f32():
+    f32 = policy_lib.Policy(policy_lib.make_config("tiny", 50), nnx.Rngs(2))
+    bf16 = policy_lib.Policy(policy_lib.make_config("tiny", 50, dtype="bfloat16"), nnx.Rngs(2))
+    a = f32(*_inputs()).logits
+    b = bf16(*_inputs()).logits
+    assert b.dtype == jnp.float32  # logits are always f32
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-2)  # bf16 tolerance
+
+
+def test_policy__tied_embeddings_have_no_lm_head():
+    cfg = policy_lib.make_config("tiny", 50, tie_embeddings=True)
+    model = policy_lib.Policy(cfg, nnx.Rngs(0))
+    assert not hasattr(model, "lm_head")
+    assert model(*_inputs()).logits.shape == (2, 12, 50)
+
+
+def test_presets__sizes_and_bad_names():
+    for name in policy_lib.PRESETS:
+        cfg = policy_lib.make_config(name, 1000)
+        assert cfg.num_heads % cfg.num_kv_heads == 0
+    shapes = nnx.eval_shape(
+        lambda: policy_lib.Policy(policy_lib.make_config("llama_1b", 128256), nnx.Rngs(0))
+    )
+    n = policy_lib.count_params(nnx.state(shapes))
+    assert 1.1e9 < n < 1.4e9  # Llama-3.2-1B has 1.24B parameters
+    with pytest.raises(ValueError, match=r"model.preset='nope'; allowed"):
+        policy_lib.make_config("nope", 10)
+    with pytest.raises(ValueError, match="multiple of"):
+        policy_lib.make_config("tiny", 10, num_heads=3)
