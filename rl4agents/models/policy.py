@@ -115,8 +115,8 @@ PRESETS = {
 
 
 class LayerCache(NamedTuple):
-    k: jax.Array  # [B, T, KV, hd]
-    v: jax.Array  # [B, T, KV, hd]
+    k: jax.Array  # [B, KV, T, hd]
+    v: jax.Array  # [B, KV, T, hd]
 
 
 class Output(NamedTuple):
@@ -187,8 +187,12 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = rope(q, positions, cfg.rope_theta)
         k = rope(k, positions, cfg.rope_theta)
+        # Keys/values are kept head-major, [B, KV, T, hd], so attention reads the cache
+        # without transposing it on every decode step.
+        k = jnp.swapaxes(k, 1, 2)
+        v = jnp.swapaxes(v, 1, 2)
         if cache is not None:
-            start = (0, write_index, 0, 0)
+            start = (0, 0, write_index, 0)
             k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
             v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
             cache = LayerCache(k_all, v_all)
@@ -197,11 +201,11 @@ class Attention(nnx.Module):
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim)
         scores = jnp.einsum(
-            "bsngh,btnh->bngst", q, k_all.astype(dt), preferred_element_type=jnp.float32
+            "bsngh,bnth->bngst", q, k_all.astype(dt), preferred_element_type=jnp.float32
         ) / jnp.sqrt(jnp.float32(cfg.head_dim))
         scores = jnp.where(mask[:, None, None, :, :], scores, jnp.float32(-1e30))
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bngst,btnh->bsngh", probs, v_all.astype(dt))
+        out = jnp.einsum("bngst,bnth->bsngh", probs, v_all.astype(dt))
         out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
         return self.o_proj(out).astype(dt), cache
 
@@ -303,7 +307,7 @@ class Policy(nnx.Module):
           positions: int32[B, S] RoPE positions (count of valid tokens before each slot).
           mask: bool[B, S, Tk] attention mask over key slots (Tk = S without a cache, or the
             cache length T with one).
-          cache: per-layer KV cache, k/v [B, T, KV, hd]; the S new keys are written at
+          cache: per-layer KV cache, k/v [B, KV, T, hd]; the S new keys are written at
             `write_index` before attending.
           write_index: int32[] slot where this chunk starts in the cache.
           with_values: also return the value head's output.
@@ -323,7 +327,7 @@ class Policy(nnx.Module):
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> tuple[LayerCache, ...]:
     """Zero KV cache for `batch` rows of `length` slots."""
-    shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
+    shape = (batch, cfg.num_kv_heads, length, cfg.head_dim)
     dt = _dtype(cfg.dtype)
     return tuple(
         LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(cfg.num_layers)
