@@ -21,13 +21,6 @@ import sys
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
-# One XLA device per core, as scripts/train.py does, so the data-parallel mesh uses every core.
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "")
-        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    ).strip()
-
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import datetime  # noqa: E402
@@ -39,6 +32,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
+import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 

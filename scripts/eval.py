@@ -13,12 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "")
-        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    ).strip()
-
+import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
 import ml_collections  # noqa: E402
 from absl import app, flags  # noqa: E402

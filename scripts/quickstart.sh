@@ -7,11 +7,6 @@
 #   WORKDIR=runs/mine ./scripts/quickstart.sh --config.optim.lr=3e-4
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev]"
+source scripts/_venv.sh
 exec .venv/bin/python scripts/train.py --config=configs/frozen_lake.py \
   --workdir="${WORKDIR:-runs/quickstart}" "$@"

@@ -6,12 +6,7 @@
 #   ./scripts/test.sh tests/credit    # any pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev]"
+source scripts/_venv.sh
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
 exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" "$@"

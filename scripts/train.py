@@ -13,14 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# On a CPU host, one XLA device per core lets the data-parallel mesh use every core (XLA's CPU
-# fusions are single-threaded). Only the host platform is affected; GPUs/TPUs are unchanged.
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "")
-        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    ).strip()
-
+import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 

@@ -1,0 +1,7 @@
+# Sourced by quickstart.sh and test.sh: make .venv beside the repo if absent and install.
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"
