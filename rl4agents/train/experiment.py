@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from typing import Any
 
 import jax
@@ -233,7 +232,3 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         donate_argnums=(0,),
     )
     return Experiment(c, env, model_cfg, step_cfg, mesh, train_step)
-
-
-def config_from_json(text: str) -> dict:
-    return json.loads(text)

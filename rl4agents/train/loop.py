@@ -14,7 +14,6 @@ from typing import Any
 
 import jax
 import ml_collections
-import numpy as np
 import tqdm
 
 from rl4agents import checkpoint as checkpoint_lib
@@ -133,10 +132,11 @@ def run(
                     ev = evaluate(exp, state.params, "test", c.train.eval_tasks)
                     writer.write(step, ev, prefix="eval_test", wall_time=wall)
                     _update_milestones(milestones, ev["greedy_success"], step, wall)
-                    bar.write(
-                        f"step {step}: held-out greedy success {ev['greedy_success']:.3f}, "
-                        f"sampled {ev['sampled_success']:.3f} ({wall:.0f}s)"
-                    ) if not quiet else None
+                    if not quiet:
+                        bar.write(
+                            f"step {step}: held-out greedy success {ev['greedy_success']:.3f}, "
+                            f"sampled {ev['sampled_success']:.3f} ({wall:.0f}s)"
+                        )
                 if step % c.checkpoint.every == 0:
                     ckpt.save(step, state)
                 out_of_time = c.train.max_minutes and wall > 60 * c.train.max_minutes
@@ -236,7 +236,3 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
         print(f"\nsteps {step}, wall {wall:.0f}s, milestones {milestones}")
         print(f"curves: {summary.get('curves')}\ncheckpoints: {summary['checkpoints']}")
     return summary
-
-
-def np_float(x) -> float:
-    return float(np.asarray(x))

@@ -1,7 +1,5 @@
 """Observation, prompt and padding tokens are never trained on."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,19 +34,3 @@ def test_loss__ignores_everything_off_the_action_mask():
     g2, m2 = grad_fn(state.params, junk)
     np.testing.assert_allclose(float(m1["loss"]), float(m2["loss"]), rtol=1e-6)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), g1, g2)
-
-
-def test_loss__observation_token_content_does_not_move_the_policy_loss_target():
-    # Changing an observation token changes the context (it is conditioned on) but the loss
-    # only sums over action tokens: the per-token loss weights at observation slots are zero.
-    config = tiny_config()
-    exp = experiment.build(config)
-    cfg = dataclasses.replace(exp.step_cfg, needs_values=False)
-    state = exp.init_state(jax.random.key(0))
-    traj = rollout_lib.rollout(
-        jax.random.key(3), cfg.graphdef, state.params, cfg.env, cfg.env_params, cfg.rollout
-    )
-    batch, _ = step_lib.prepare_batch(state, traj, cfg)
-    n_action = int(batch.action_mask.sum())
-    n_obs = int((batch.valid_mask & ~batch.action_mask).sum())
-    assert n_action > 0 and n_obs > n_action
