@@ -127,13 +127,7 @@ def make_experiment(
     step_cfg: step_lib.StepConfig, model_cfg: policy_lib.ModelConfig, mesh
 ) -> experiment_lib.Experiment:
     """An `Experiment` around a hand-built `StepConfig`, jitted exactly as `build` does."""
-    rep = sharding.replicated(mesh)
-    train_step = jax.jit(
-        functools.partial(step_lib.train_step, cfg=step_cfg),
-        in_shardings=(rep, rep),
-        out_shardings=(rep, rep),
-        donate_argnums=(0,),
-    )
+    train_step = experiment_lib.jit_train_step(step_cfg, mesh)
     return experiment_lib.Experiment(None, step_cfg.env, model_cfg, step_cfg, mesh, train_step)
 
 

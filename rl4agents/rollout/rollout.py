@@ -259,7 +259,6 @@ class Scores(NamedTuple):
     logp: jax.Array  # f32[B, T] log-prob of each token given the valid tokens before it
     entropy: jax.Array  # f32[B, T] entropy of the distribution that predicted each token
     values: jax.Array | None  # f32[B, T] value of the state before each token, or None
-    logits_src: jax.Array  # f32[B, T, V] raw logits at each slot (prediction of next token)
 
 
 def neighbour_slots(valid_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -318,4 +317,4 @@ def score(
         return jnp.where(has_prev, jnp.take_along_axis(x, src, axis=1), 0.0)
 
     values = None if out.values is None else at_prev(out.values)
-    return Scores(at_prev(logp_src), at_prev(ent_src), values, out.logits)
+    return Scores(at_prev(logp_src), at_prev(ent_src), values)

@@ -224,11 +224,15 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         minibatches=c.train.minibatches,
         mesh=mesh,
     )
+    return Experiment(c, env, model_cfg, step_cfg, mesh, jit_train_step(step_cfg, mesh))
+
+
+def jit_train_step(step_cfg: step_lib.StepConfig, mesh):
+    """`train_step` jitted over `mesh`: replicated state and key, the state donated."""
     rep = sharding.replicated(mesh)
-    train_step = jax.jit(
+    return jax.jit(
         functools.partial(step_lib.train_step, cfg=step_cfg),
         in_shardings=(rep, rep),
         out_shardings=(rep, rep),
         donate_argnums=(0,),
     )
-    return Experiment(c, env, model_cfg, step_cfg, mesh, train_step)
