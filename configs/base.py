@@ -58,11 +58,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.policy = "ppo_clip"
     for name in losses.names():
         c.loss[name] = losses.defaults(name)
-    c.loss.kl_coef = 0.0  # KL to the frozen reference policy, in the loss
-    c.loss.kl_estimator = "k3"
+    c.loss.kl_coef = 0.0  # KL to the frozen reference policy (beta)
+    c.loss.kl_estimator = "k3"  # k1 | k2 | k3 | abs, "+" suffix = straight-through gradient
+    c.loss.kl_in_reward = False  # True: -beta * KL per action token in the reward, not the loss
     c.loss.entropy_coef = 0.0
     c.loss.value_coef = 0.5
     c.loss.value_clip = 0.5
+    c.loss.echo_coef = 0.0  # ECHO lambda: cross-entropy on environment-observation tokens
+    c.loss.tis_cap = 0.0  # truncated importance sampling cap C >= 1 (0 = off)
+    c.loss.tis_mode = "token"  # "token" | "sequence"
+
+    c.shaping = ml_collections.ConfigDict()
+    c.shaping.overlong_buffer = 0  # DAPO overlong penalty buffer in action tokens (0 = off)
+    c.shaping.overlong_factor = 1.0
+    c.shaping.overlong_per = "turn"  # "turn" (limit A) | "episode" (limit K * A)
+
+    c.sampling = ml_collections.ConfigDict()
+    c.sampling.dynamic = False  # DAPO dynamic sampling: drop all-equal groups, refill
+    c.sampling.max_gen_batches = 4  # rollouts per step at most while refilling
 
     c.optim = ml_collections.ConfigDict()
     c.optim.lr = 1e-3

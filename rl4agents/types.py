@@ -58,6 +58,10 @@ class Trajectory:
     truncated: jax.Array  # bool[B] episode cut by the turn or context limit, not done
     group_ids: jax.Array  # int32[B] task id; baselines are taken within a group
     num_turns: jax.Array  # int32[B] turns taken
+    # Optional inputs of some estimators (None when not recorded):
+    entropy_behavior: jax.Array | None = None  # f32[B, T] sampling entropy at action slots
+    baseline_reward: jax.Array | None = None  # f32[B] greedy-episode score of the task (ReMax)
+    token_penalty: jax.Array | None = None  # f32[B, T] subtracted from token rewards (KL)
 
     @property
     def batch_size(self) -> int:

@@ -3,7 +3,7 @@
 Importing this package registers every variant module.
 """
 
-from rl4agents.credit import outcome, token  # noqa: F401  (registers variants)
+from rl4agents.credit import outcome, steps, token  # noqa: F401  (registers variants)
 from rl4agents.credit.registry import (
     CreditFn,
     CreditOutput,
@@ -12,6 +12,7 @@ from rl4agents.credit.registry import (
     get,
     names,
     register,
+    requires_greedy,
     requires_values,
     validate,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "get",
     "names",
     "register",
+    "requires_greedy",
     "requires_values",
     "validate",
 ]

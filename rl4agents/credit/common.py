@@ -165,3 +165,165 @@ def token_rewards(traj: Trajectory, placement: str = "turn") -> jax.Array:
         raise ValueError(f"unknown reward placement {placement!r}; allowed: ['turn', 'outcome']")
     rows = jnp.broadcast_to(jnp.arange(batch)[:, None], slot.shape)
     return jnp.zeros((batch, slots), jnp.float32).at[rows, slot].add(vals, mode="drop")
+
+
+# ---- step-level helpers (a "step" is a valid turn (b, k) of the slot layout) ----------------
+
+
+def episode_scores(traj: Trajectory) -> jax.Array:
+    """Per-episode score `s_i = outcome_reward_i - sum_t token_penalty_{i,t}`.
+
+    The token penalty (e.g. KL in the reward, methods.md 7.2) is only subtracted when the
+    trajectory carries one; verl's outcome estimators sum the token-level rewards likewise.
+
+    Returns:
+      f32[B] scores.
+    """
+    score = traj.outcome_reward.astype(jnp.float32)
+    if traj.token_penalty is not None:
+        penalty = jnp.where(traj.action_mask, traj.token_penalty, 0.0)
+        score = score - jnp.sum(penalty, axis=1)
+    return score
+
+
+def penalised_token_rewards(traj: Trajectory, placement: str) -> jax.Array:
+    """`token_rewards(traj, placement)` minus `traj.token_penalty` on action slots. f32[B, T]."""
+    rewards = token_rewards(traj, placement)
+    if traj.token_penalty is not None:
+        rewards = rewards - jnp.where(traj.action_mask, traj.token_penalty, 0.0)
+    return rewards
+
+
+def weighted_group_stats(
+    x: jax.Array, ids: jax.Array, weights: jax.Array, ddof: int = 1
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Weighted mean, std and total weight of each element's group, gathered per element.
+
+    `W_g = sum_{j in g} w_j`, `mean_g = sum w x / W_g`,
+    `std_g = sqrt(sum w (x - mean_g)^2 / (W_g - ddof))`; 0 where `W_g <= ddof`. Integer
+    weights reproduce statistics over repeated rows (e.g. verl-agent's step rows), and weight 0
+    removes an element from the statistics (its own outputs are still defined).
+
+    Args:
+      x: f32[N] values.
+      ids: int32[N] dense group ids in `[0, N)` (see `dense_group_ids`, `dense_pair_ids`).
+      weights: f32[N] non-negative weights.
+      ddof: delta degrees of freedom.
+
+    Returns:
+      (mean f32[N], std f32[N], total weight f32[N]).
+    """
+    chex.assert_rank([x, ids, weights], 1)
+    chex.assert_equal_shape([x, ids, weights])
+    n = x.shape[0]
+    w = weights.astype(jnp.float32)
+    total = jax.ops.segment_sum(w, ids, num_segments=n)
+    mean = jax.ops.segment_sum(w * x, ids, num_segments=n) / jnp.where(total > 0, total, 1.0)
+    sq = jax.ops.segment_sum(w * jnp.square(x - mean[ids]), ids, num_segments=n)
+    dof = total - ddof
+    var = jnp.where(dof > 0, sq / jnp.where(dof > 0, dof, 1.0), 0.0)
+    return mean[ids], safe_sqrt(var)[ids], total[ids]
+
+
+def dense_pair_ids(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Dense ids in `[0, N)` for pairs `(a_n, b_n)`: equal exactly where both entries are equal.
+
+    Args:
+      a: int[N] first key (e.g. group ids).
+      b: int/uint[N] second key (e.g. anchors or turn indices).
+
+    Returns:
+      int32[N] dense ids.
+    """
+    chex.assert_rank([a, b], 1)
+    chex.assert_equal_shape([a, b])
+    order = jnp.lexsort((b, a))
+    sa, sb = a[order], b[order]
+    is_new = jnp.concatenate([jnp.zeros(1, bool), (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])])
+    return jnp.zeros(a.shape, jnp.int32).at[order].set(jnp.cumsum(is_new).astype(jnp.int32))
+
+
+def turns_to_tokens(per_turn: jax.Array, traj: Trajectory) -> jax.Array:
+    """Broadcast per-turn values to the turn's action tokens.
+
+    Args:
+      per_turn: f32[B, K] one value per (episode, turn).
+      traj: Trajectory whose `turn_ids` / `action_mask` locate each turn's action tokens.
+
+    Returns:
+      f32[B, T]: `per_turn[b, turn_ids[b, t]]` on action slots, 0 elsewhere.
+    """
+    chex.assert_rank(per_turn, 2)
+    chex.assert_equal_shape_prefix([per_turn, traj.tokens], 1)
+    idx = jnp.clip(traj.turn_ids, 0, per_turn.shape[1] - 1)
+    vals = jnp.take_along_axis(per_turn, idx, axis=1)
+    return jnp.where(traj.action_mask & (traj.turn_ids >= 0), vals, 0.0)
+
+
+def turn_token_stats(x: jax.Array, traj: Trajectory) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-turn sum, count and first slot of `x` over each turn's action tokens.
+
+    Args:
+      x: f32[B, T] per-slot values.
+      traj: Trajectory with K turns.
+
+    Returns:
+      (sum f32[B, K], count f32[B, K], first action slot int32[B, K], T where the turn has no
+      action token).
+    """
+    turns = traj.max_turns
+    onehot = (traj.turn_ids[:, :, None] == jnp.arange(turns)[None, None, :]) & (
+        traj.action_mask[:, :, None]
+    )  # [B, T, K]
+    total = jnp.einsum("bt,btk->bk", x.astype(jnp.float32), onehot.astype(jnp.float32))
+    count = jnp.sum(onehot, axis=1).astype(jnp.float32)
+    slots = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :, None]
+    first = jnp.min(jnp.where(onehot, slots, x.shape[1]), axis=1).astype(jnp.int32)
+    return total, count, first
+
+
+def discounted_turn_returns(rewards: jax.Array, valid: jax.Array, gamma: float) -> jax.Array:
+    """`G_{b,k} = sum_{j >= k} gamma^(j-k) r_{b,j}` over valid turns (reverse scan over K).
+
+    Invalid turns contribute no reward and are skipped by the discount (valid turns of an
+    episode are a prefix, so this only matters for hand-built inputs); their G is 0.
+
+    Args:
+      rewards: f32[B, K] per-turn rewards.
+      valid: bool[B, K] turns that happened.
+      gamma: turn-level discount.
+
+    Returns:
+      f32[B, K] discounted returns, 0 on invalid turns.
+    """
+    chex.assert_equal_shape([rewards, valid])
+    r = jnp.where(valid, rewards, 0.0).astype(jnp.float32)
+
+    def _step(carry, xs):
+        r_k, v_k = xs
+        g = r_k + gamma * carry
+        return jnp.where(v_k, g, carry), jnp.where(v_k, g, 0.0)
+
+    _, out = jax.lax.scan(_step, jnp.zeros(r.shape[0]), (r.T, valid.T), reverse=True)
+    return out.T
+
+
+def zscore(
+    x: jax.Array, ids: jax.Array, weights: jax.Array, eps: float, with_std: bool = True
+) -> jax.Array:
+    """`(x - mean_g) / (std_g + eps)` (or `x - mean_g`) within weighted groups; groups whose
+    total weight is <= 1 give 0 (TRL convention: the mean of one value is that value).
+
+    Args:
+      x: f32[N] values; ids: int32[N] dense group ids; weights: f32[N] (0 = excluded).
+      eps: added to the unbiased std.
+      with_std: divide by the std.
+
+    Returns:
+      f32[N], 0 where the weight is 0.
+    """
+    mean, std, total = weighted_group_stats(x, ids, weights, ddof=1)
+    out = x - mean
+    if with_std:
+        out = out / (std + eps)
+    return jnp.where((total > 1) & (weights > 0), out, 0.0)

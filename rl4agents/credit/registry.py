@@ -114,15 +114,19 @@ class Registry:
 _CREDIT = Registry("credit function")
 
 
-def register(name: str, *, needs_values: bool = False) -> Callable[[CreditFn], CreditFn]:
+def register(
+    name: str, *, needs_values: bool = False, needs_greedy: bool = False
+) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering a credit function under `name` (duplicates raise ValueError).
 
     Args:
       name: registry key, e.g. "grpo".
       needs_values: the estimator consumes critic values (`values` must not be None); also set
         as the attribute `fn.needs_values`.
+      needs_greedy: the estimator consumes `traj.baseline_reward`, the score of one greedy
+        episode per task, which the train step then rolls out (ReMax).
     """
-    return _CREDIT.register(name, needs_values=needs_values)
+    return _CREDIT.register(name, needs_values=needs_values, needs_greedy=needs_greedy)
 
 
 def get(name: str) -> CreditFn:
@@ -138,6 +142,11 @@ def names() -> list[str]:
 def requires_values(name: str) -> bool:
     """Whether credit function `name` needs critic values."""
     return bool(_CREDIT.attr(name, "needs_values", False))
+
+
+def requires_greedy(name: str) -> bool:
+    """Whether credit function `name` needs a greedy baseline episode per task."""
+    return bool(_CREDIT.attr(name, "needs_greedy", False))
 
 
 def fields(name: str) -> list[str]:

@@ -96,3 +96,167 @@ def ppo_gae(
     if whiten:
         adv = common.masked_whiten(adv, mask)
     return CreditOutput(adv * m, returns, metrics)
+
+
+def _turn_values(values: jax.Array, slots: jax.Array, valid: jax.Array) -> jax.Array:
+    """`values[b, slots[b, k]]` where `valid`, else 0. f32[B, K]."""
+    idx = jnp.clip(slots, 0, values.shape[1] - 1)
+    return jnp.where(valid, jnp.take_along_axis(values.astype(jnp.float32), idx, axis=1), 0.0)
+
+
+def _turn_gae(
+    rewards: jax.Array, values: jax.Array, valid: jax.Array, gamma: float, lam: float
+) -> jax.Array:
+    """GAE over turns: `delta_k = r_k + gamma V_{k+1} - V_k` (V of an invalid next turn = 0),
+    `A_k = delta_k + gamma lam A_{k+1}`. All f32[B, K]; 0 on invalid turns."""
+
+    def _step(carry, xs):
+        next_v, gae = carry
+        r_k, v_k, ok = xs
+        delta = r_k + gamma * next_v - v_k
+        gae_new = delta + gamma * lam * gae
+        next_v = jnp.where(ok, v_k, 0.0)
+        gae = jnp.where(ok, gae_new, 0.0)
+        return (next_v, gae), gae
+
+    zeros = jnp.zeros(rewards.shape[0], jnp.float32)
+    xs = (jnp.where(valid, rewards, 0.0).T, values.T, valid.T)
+    _, out = jax.lax.scan(_step, (zeros, zeros), xs, reverse=True)
+    return out.T
+
+
+@register("turn_gae", needs_values=True)
+def turn_gae(
+    traj: Trajectory,
+    values: jax.Array | None,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    turn_gamma: float = 0.95,
+    whiten: bool = True,
+) -> CreditOutput:
+    """Bi-level (turn-level) GAE, RAGEN `compute_bi_level_gae_advantage_return`.
+
+    High level, over the turn ends `e_k = traj.turn_end[:, k]` (explicit, so a turn with zero
+    reward is never merged into the next one, unlike RAGEN's `reward != 0` detection):
+    `delta_k = r_k + turn_gamma V(e_{k+1}) - V(e_k)`, `A_k = delta_k + turn_gamma lam A_{k+1}`,
+    and the reward at `e_k` becomes `R_k = A_k + V(e_k)`. Low level, right to left over
+    action tokens with token discount `gamma`: at a turn end `next_v = 0` and the running GAE
+    restarts; otherwise `next_v` is the value of the next action token of the same turn.
+    `returns = A + V`; with `whiten`, `A = masked_whiten(A, action_mask)`. RAGEN / StarPO,
+    https://arxiv.org/abs/2504.20073 (RAGEN's default `high_level_gamma` 0.95). A
+    `token_penalty` (KL in the reward) is added to the low-level token rewards.
+
+    Args:
+      traj: Trajectory; uses `turn_rewards f32[B, K]`, `turn_end int32[B, K]`,
+        `turn_valid bool[B, K]`, `action_mask bool[B, T]`.
+      values: f32[B, T] critic values (value of the state before each slot's token).
+      gamma: token-level discount (RAGEN `gamma` 1.0).
+      lam: GAE lambda at both levels (RAGEN `lam` 1.0).
+      turn_gamma: turn-level discount (RAGEN `high_level_gamma` 0.95).
+      whiten: batch-global masked whitening of the advantages.
+
+    Returns:
+      CreditOutput(advantages f32[B, T], returns f32[B, T], metrics), zero off action_mask.
+    """
+    if values is None:
+        raise ValueError("turn_gae needs critic values; got values=None")
+    chex.assert_shape(values, traj.tokens.shape)
+    batch, slots = traj.tokens.shape
+    mask = traj.action_mask
+    ends_ok = traj.turn_valid & (traj.turn_end >= 0)
+    v_end = _turn_values(values, traj.turn_end, ends_ok)
+    turn_adv = _turn_gae(traj.turn_rewards.astype(jnp.float32), v_end, ends_ok, turn_gamma, lam)
+    turn_return = turn_adv + v_end
+    rows = jnp.broadcast_to(jnp.arange(batch)[:, None], traj.turn_end.shape)
+    end_slot = jnp.where(ends_ok, traj.turn_end, slots)
+    is_end = jnp.zeros((batch, slots), bool).at[rows, end_slot].set(True, mode="drop")
+    rewards = (
+        jnp.zeros((batch, slots), jnp.float32)
+        .at[rows, end_slot]
+        .add(jnp.where(ends_ok, turn_return, 0.0), mode="drop")
+    )
+    if traj.token_penalty is not None:
+        rewards = rewards - jnp.where(mask, traj.token_penalty, 0.0)
+    m = mask.astype(jnp.float32)
+
+    def _step(carry, xs):
+        next_v, gae = carry
+        r_t, v_t, m_t, end_t = xs
+        next_v = jnp.where(end_t, 0.0, next_v)
+        gae = jnp.where(end_t, 0.0, gae)
+        gae_new = r_t + gamma * next_v - v_t + gamma * lam * gae
+        return (m_t * v_t + (1.0 - m_t) * next_v, m_t * gae_new + (1.0 - m_t) * gae), gae_new
+
+    zeros = jnp.zeros(batch, jnp.float32)
+    xs = (rewards.T, values.T.astype(jnp.float32), m.T, is_end.T & mask.T)
+    _, adv = jax.lax.scan(_step, (zeros, zeros), xs, reverse=True)
+    adv = adv.T * m
+    returns = (adv + values) * m
+    metrics = {
+        "turn_adv_mean": common.masked_mean(turn_adv, ends_ok),
+        "returns_mean": common.masked_mean(returns, mask),
+        "values_mean": common.masked_mean(values.astype(jnp.float32), mask),
+    }
+    if whiten:
+        adv = common.masked_whiten(adv, mask)
+    return CreditOutput(adv * m, returns, metrics)
+
+
+@register("step_gae", needs_values=True)
+def step_gae(
+    traj: Trajectory,
+    values: jax.Array | None,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten: bool = True,
+) -> CreditOutput:
+    """Step-level GAE (StepPO `arft/core_algos.py::compute_gae_advantage_return`).
+
+    One agent step = one turn. `V_k` is the critic value at the turn's first action slot (the
+    state before the response), `r_k` the turn's reward (minus its tokens' `token_penalty`);
+    `delta_k = r_k + gamma V_{k+1} - V_k`, `A_k = delta_k + gamma lam A_{k+1}`,
+    `returns_k = A_k + V_k`; with `whiten`, `A <- (A - mean) / (std + 1e-8)` over the valid
+    steps of the batch (unbiased std); `A_k` and `returns_k` are broadcast to the turn's action
+    tokens. StepPO, https://arxiv.org/abs/2604.18401.
+
+    Args:
+      traj: Trajectory; uses `turn_rewards`, `turn_valid`, `turn_ids`, `action_mask`.
+      values: f32[B, T] critic values.
+      gamma: step discount (verl default 1.0).
+      lam: GAE lambda (verl default 1.0).
+      whiten: whiten over steps.
+
+    Returns:
+      CreditOutput(advantages f32[B, T], returns f32[B, T], metrics), zero off action_mask.
+    """
+    if values is None:
+        raise ValueError("step_gae needs critic values; got values=None")
+    chex.assert_shape(values, traj.tokens.shape)
+    penalty = (
+        jnp.zeros(values.shape, jnp.float32)
+        if traj.token_penalty is None
+        else traj.token_penalty.astype(jnp.float32)
+    )
+    pen_sum, count, first = common.turn_token_stats(penalty, traj)
+    valid = traj.turn_valid & (count > 0)
+    v_step = _turn_values(values, first, valid)
+    rewards = jnp.where(valid, traj.turn_rewards.astype(jnp.float32) - pen_sum, 0.0)
+    adv = _turn_gae(rewards, v_step, valid, gamma, lam)
+    returns = adv + v_step
+    metrics = {
+        "adv_mean_raw": common.masked_mean(adv, valid),
+        "returns_mean": common.masked_mean(returns, valid),
+        "values_mean": common.masked_mean(v_step, valid),
+    }
+    if whiten:
+        n = jnp.sum(valid)
+        mean = common.masked_mean(adv, valid)
+        var = jnp.sum(jnp.where(valid, jnp.square(adv - mean), 0.0)) / jnp.maximum(n - 1, 1)
+        adv = (adv - mean) / (common.safe_sqrt(var) + common.WHITEN_EPS)
+    return CreditOutput(
+        common.turns_to_tokens(jnp.where(valid, adv, 0.0), traj),
+        common.turns_to_tokens(jnp.where(valid, returns, 0.0), traj),
+        metrics,
+    )

@@ -118,6 +118,7 @@ class FrozenLake:
         ood_size: int = 6,
         num_candidates: int = 64,
         compact: bool = False,
+        view_radius: int = 0,
         tokenizer: text.Tokenizer | None = None,
     ):
         if size < 2:
@@ -126,6 +127,8 @@ class FrozenLake:
             raise ValueError(f"hole_prob must be in [0, 1), got {hole_prob}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if view_radius < 0:
+            raise ValueError(f"view_radius must be >= 0 (0 = the whole grid), got {view_radius}")
         self._kwargs = dict(
             size=size,
             hole_prob=hole_prob,
@@ -136,6 +139,7 @@ class FrozenLake:
             ood_size=ood_size,
             num_candidates=num_candidates,
             compact=compact,
+            view_radius=view_radius,
             tokenizer=tokenizer,
         )
         self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
@@ -147,12 +151,14 @@ class FrozenLake:
         self.test_threshold = int(round(test_fraction * 1000))
         self.ood_size = ood_size
         self.num_candidates = num_candidates
+        self.view_radius = view_radius
 
         self._actions = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
                 **_CELLS,
+                "wall": "#",  # off-grid cells of a local view
                 # compact: no row breaks and a one-word message, for fast CPU training.
                 "newline": "" if compact else "\n",
                 # Ends every observation: the policy's next token is its action.
@@ -165,7 +171,8 @@ class FrozenLake:
         self.num_actions = len(ACTIONS)
         self.max_action_len = int(self._actions.lengths.max())
         end_len = int(self._frags.lengths[self._frags.id("end")])
-        self.max_prompt_len = size * size * cell_len + (size - 1) * newline_len + end_len
+        side = 2 * view_radius + 1 if view_radius else size
+        self.max_prompt_len = side * side * cell_len + (side - 1) * newline_len + end_len
         invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
         self.max_obs_len = invalid_len + self.max_prompt_len
 
@@ -265,11 +272,22 @@ class FrozenLake:
         return text.hash_u32(jnp.concatenate([state.holes.astype(jnp.int32).ravel(), state.pos]))
 
     def _grid_ids(self, state: FrozenLakeState) -> jax.Array:
-        """int32[N * (N + 1)] fragment ids of the grid, one newline after each row."""
+        """int32[S * (S + 1)] fragment ids of the view, one newline after each row.
+
+        The view is the whole grid (S = N), or with `view_radius` r the (2r+1) x (2r+1) window
+        centred on the agent (S = 2r + 1), off-grid cells shown as walls ("#").
+        """
         n = self.size
         cells = jnp.where(state.holes, 1, 0).at[n - 1, n - 1].set(2)
         cells = cells.at[state.pos[0], state.pos[1]].set(3)
-        newline = jnp.full((n, 1), self._frags.id("newline"))
+        side = n
+        if self.view_radius:
+            r = self.view_radius
+            side = 2 * r + 1
+            wall = self._frags.id("wall")
+            cells = jnp.pad(cells, r, constant_values=wall)
+            cells = jax.lax.dynamic_slice(cells, (state.pos[0], state.pos[1]), (side, side))
+        newline = jnp.full((side, 1), self._frags.id("newline"))
         ids = jnp.concatenate([cells, newline], axis=1).ravel().astype(jnp.int32)
         return ids.at[-1].set(self._frags.id("end"))
 
@@ -299,7 +317,7 @@ class FrozenLake:
         return self._actions.tokens[action, : self._actions.lengths[action]].copy()
 
     def render(self, state: FrozenLakeState) -> str:
-        """The grid as text, one row per line (host side)."""
+        """The whole grid as text, one row per line (host side), whatever the policy's view."""
         holes, pos = np.asarray(jax.device_get(state.holes)), np.asarray(state.pos)
         grid = np.where(holes, _CELLS["hole"], _CELLS["frozen"]).astype(object)
         grid[-1, -1] = _CELLS["goal"]

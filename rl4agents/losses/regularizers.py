@@ -1,4 +1,4 @@
-"""KL penalties and entropy (methods.md sections 7.1-7.3)."""
+"""KL penalties, entropy and the ECHO environment cross-entropy (methods.md 7.1-7.3, 8)."""
 
 from __future__ import annotations
 
@@ -99,3 +99,33 @@ def token_entropy(logits: jax.Array, mask: jax.Array, temperature: float = 1.0) 
     chex.assert_rank([logits, mask], [3, 2])
     chex.assert_equal_shape_prefix([logits, mask], 2)
     return entropy_from_logits(logits, temperature) * mask.astype(jnp.float32)
+
+
+def echo_loss(logp: jax.Array, target_mask: jax.Array) -> jax.Array:
+    """ECHO world-model loss: cross-entropy on environment-observation tokens (methods.md 8).
+
+    `L_env = -sum_{b,t} o logp / max(sum_{b,t} o, 1)` with `o = target_mask`: the mean negative
+    log-likelihood of the observation tokens, normalised over all target tokens of the batch
+    (independently of the policy term's action-token normalisation). The full objective is
+    `L = L_policy + lambda * L_env`, with no IS ratio, clipping or KL on these tokens.
+    ECHO https://arxiv.org/abs/2605.24517.
+
+    `logp[b, t]` must be the log-prob of token `t` given the tokens before it, which is what
+    `rollout.score` returns per slot, so `target_mask` marks the target tokens themselves (no
+    shift). The caller must exclude prompt/system tokens (never targets) and harness "warning"
+    tokens: `Trajectory.obs_mask` includes the prompt, so use e.g.
+    `traj.obs_mask & (traj.turn_ids >= 0)` (observations that follow an action).
+
+    Args:
+      logp: f32[B, T] log-prob of each slot's token under the policy.
+      target_mask: bool[B, T] environment-observation target tokens.
+
+    Returns:
+      f32[] loss; 0 when `target_mask` is empty. Tokens off the mask contribute nothing, even
+      when their `logp` is not finite.
+    """
+    chex.assert_rank(logp, 2)
+    chex.assert_equal_shape([logp, target_mask])
+    o = target_mask.astype(bool)
+    nll = -jnp.sum(jnp.where(o, logp.astype(jnp.float32), 0.0))
+    return nll / jnp.maximum(jnp.sum(o.astype(jnp.float32)), 1.0)

@@ -102,11 +102,17 @@ class _TurnOut(NamedTuple):
     action: jax.Array  # bool[B, A+O]
     obs: jax.Array  # bool[B, A+O]
     logp: jax.Array  # f32[B, A+O]
+    entropy: jax.Array  # f32[B, A+O] entropy of the sampling distribution at action slots
     turn_end: jax.Array  # int32[B]
     reward: jax.Array  # f32[B]
     turn_valid: jax.Array  # bool[B]
     action_valid: jax.Array  # bool[B]
     anchor: jax.Array  # uint32[B]
+
+
+def default_task_keys(key: jax.Array, num_tasks: int) -> jax.Array:
+    """The task keys `rollout(key, ...)` draws when none are given: key[num_tasks]."""
+    return jax.random.split(jax.random.split(key, 3)[0], num_tasks)
 
 
 def rollout(
@@ -139,9 +145,9 @@ def rollout(
     lay = make_layout(env, cfg)
     b, g = cfg.batch_size, cfg.group_size
     pad, bos, eoa = env.tokenizer.pad_id, env.tokenizer.bos_id, env.tokenizer.eoa_id
-    key_tasks, key_sample, key_env = jax.random.split(key, 3)
+    _, key_sample, key_env = jax.random.split(key, 3)
     if task_keys is None:
-        task_keys = jax.random.split(key_tasks, cfg.num_tasks)
+        task_keys = default_task_keys(key, cfg.num_tasks)
     group_ids = jnp.arange(b, dtype=jnp.int32) // g
     shard = shard_fn or (lambda tree: tree)
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(task_keys[group_ids], env_params)
@@ -176,10 +182,12 @@ def rollout(
         active = alive & ~stopped
         logp_all = sampling.scaled_log_probs(ctx.logits, cfg.temperature)
         logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
+        entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
         token = jnp.where(active, token, pad)
         ctx = _write(model, ctx, token[:, None], active[:, None], start + i)
         stopped = stopped | (token == eoa)
-        return (ctx, stopped), (token, active, jnp.where(active, logp, 0.0))
+        out = (token, active, jnp.where(active, logp, 0.0), jnp.where(active, entropy, 0.0))
+        return (ctx, stopped), out
 
     def _turn_step(carry, k):
         ctx, env_state, done, success, anchor = carry
@@ -188,10 +196,10 @@ def rollout(
         body = functools.partial(
             _token_step, alive=alive, start=start, key_turn=jax.random.fold_in(key_sample, k)
         )
-        (ctx, _), (act_tok, act_on, act_logp) = jax.lax.scan(
+        (ctx, _), (act_tok, act_on, act_logp, act_ent) = jax.lax.scan(
             body, (ctx, jnp.zeros((b,), bool)), jnp.arange(lay.action)
         )
-        act_tok, act_on, act_logp = act_tok.T, act_on.T, act_logp.T  # [B, A]
+        act_tok, act_on, act_logp, act_ent = act_tok.T, act_on.T, act_logp.T, act_ent.T  # [B, A]
         content = act_on & (act_tok != eoa)
         action_len = content.sum(axis=1).astype(jnp.int32)
         env_keys = jax.random.split(jax.random.fold_in(key_env, k), b)
@@ -208,6 +216,7 @@ def rollout(
             action=jnp.concatenate([act_on, jnp.zeros_like(obs_valid)], axis=1),
             obs=jnp.concatenate([jnp.zeros_like(act_on), obs_valid], axis=1),
             logp=jnp.concatenate([act_logp, jnp.zeros(obs_valid.shape, jnp.float32)], axis=1),
+            entropy=jnp.concatenate([act_ent, jnp.zeros(obs_valid.shape, jnp.float32)], axis=1),
             turn_end=jnp.where(alive & (n_act > 0), start + n_act - 1, -1),
             reward=jnp.where(alive, ts.reward, 0.0),
             turn_valid=alive,
@@ -252,6 +261,9 @@ def rollout(
         truncated=~done,
         group_ids=group_ids,
         num_turns=turns.turn_valid.sum(axis=0).astype(jnp.int32),
+        entropy_behavior=jnp.concatenate(
+            [jnp.zeros(prompt_valid.shape, jnp.float32), _flat(turns.entropy)], axis=1
+        ),
     )
 
 

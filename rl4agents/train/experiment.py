@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any
 
 import jax
@@ -37,6 +38,18 @@ COMPAT_KEYS = (
     "loss.kl_coef",
     "optim.grad_clip",
     "optim.weight_decay",
+)
+
+
+# Estimators that compare the samples of one task: they need group_size >= 2.
+GROUP_ESTIMATORS = (
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp_baseline",
+    "gigpo",
+    "mt_grpo",
+    "empg",
 )
 
 
@@ -157,23 +170,58 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
             f"credit.name={c.credit.name!r} needs a critic but model.value_head='none'; "
             "allowed: 'shared' or 'separate'"
         )
-    if c.credit.name == "grpo" and c.rollout.group_size < 2:
+    if c.credit.name in GROUP_ESTIMATORS and c.rollout.group_size < 2:
         raise ValueError(
-            f"rollout.group_size={c.rollout.group_size} is below 2, but credit.name='grpo' "
-            "needs groups of at least 2 samples per task; allowed: >= 2"
+            f"rollout.group_size={c.rollout.group_size} is below 2, but "
+            f"credit.name={c.credit.name!r} needs groups of at least 2 samples per task; "
+            "allowed: >= 2"
         )
     # Loss.
     config_utils.check_choice("loss.policy", c.loss.policy, losses.names())
     policy_kw = losses.validate(c.loss.policy, config_utils.to_dict(c.loss[c.loss.policy]))
     config_utils.check_choice("loss.kl_estimator", c.loss.kl_estimator, losses.KL_KINDS)
+    config_utils.check_choice("loss.tis_mode", c.loss.tis_mode, ("token", "sequence"))
+    for field in ("echo_coef", "tis_cap", "kl_coef", "entropy_coef"):
+        if c.loss[field] < 0:
+            raise ValueError(f"loss.{field}={c.loss[field]}; allowed: >= 0")
+    if 0 < c.loss.tis_cap < 1:
+        raise ValueError(f"loss.tis_cap={c.loss.tis_cap}; allowed: 0 (off) or >= 1")
+    policy_fn = losses.get(c.loss.policy)
     loss_cfg = step_lib.LossConfig(
-        policy_fn=functools.partial(losses.get(c.loss.policy), **policy_kw),
+        policy_fn=functools.partial(policy_fn, **policy_kw),
         agg=policy_kw.get("agg", "token-mean"),
         entropy_coef=c.loss.entropy_coef,
         kl_coef=c.loss.kl_coef,
         kl_estimator=c.loss.kl_estimator,
+        kl_in_reward=c.loss.kl_in_reward,
         value_coef=c.loss.value_coef,
         value_clip=c.loss.value_clip,
+        echo_coef=c.loss.echo_coef,
+        tis_cap=c.loss.tis_cap,
+        tis_mode=c.loss.tis_mode,
+        policy_takes_segments="segment_ids" in inspect.signature(policy_fn).parameters,
+    )
+    # Shaping and batch-level sampling.
+    config_utils.check_choice("shaping.overlong_per", c.shaping.overlong_per, ("turn", "episode"))
+    if c.shaping.overlong_buffer < 0:
+        raise ValueError(
+            f"shaping.overlong_buffer={c.shaping.overlong_buffer}; allowed: >= 0 (0 = off)"
+        )
+    shaping_cfg = step_lib.ShapingConfig(
+        overlong_buffer=c.shaping.overlong_buffer,
+        overlong_factor=c.shaping.overlong_factor,
+        overlong_per=c.shaping.overlong_per,
+    )
+    if c.sampling.max_gen_batches < 1:
+        raise ValueError(f"sampling.max_gen_batches={c.sampling.max_gen_batches}; allowed: >= 1")
+    needs_greedy = credit.requires_greedy(c.credit.name)
+    if c.sampling.dynamic and needs_greedy:
+        raise ValueError(
+            f"sampling.dynamic=True cannot be combined with credit.name={c.credit.name!r} "
+            "(its greedy baseline needs the tasks of one batch); allowed: sampling.dynamic=False"
+        )
+    sampling_cfg = step_lib.SamplingConfig(
+        dynamic=c.sampling.dynamic, max_gen_batches=c.sampling.max_gen_batches
     )
     # Rollout and mesh.
     for field in ("num_tasks", "group_size", "max_turns", "max_action_len"):
@@ -223,7 +271,19 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         epochs=c.train.epochs,
         minibatches=c.train.minibatches,
         mesh=mesh,
+        needs_greedy=needs_greedy,
+        shaping=shaping_cfg,
+        sampling=sampling_cfg,
     )
+    if shaping_cfg.overlong_buffer:
+        lay = rollout_lib.make_layout(env, rollout_cfg)
+        limit = lay.action if shaping_cfg.overlong_per == "turn" else lay.turns * lay.action
+        if shaping_cfg.overlong_buffer > limit:
+            raise ValueError(
+                f"shaping.overlong_buffer={shaping_cfg.overlong_buffer} exceeds the maximum "
+                f"{shaping_cfg.overlong_per} length of {limit} action tokens; "
+                f"allowed: 0 (off) or 1..{limit}"
+            )
     return Experiment(c, env, model_cfg, step_cfg, mesh, jit_train_step(step_cfg, mesh))
 
 

@@ -15,7 +15,7 @@ from rl4agents import sharding
 from rl4agents.credit import common as credit_common
 from rl4agents.losses import aggregate as agg_lib
 from rl4agents.losses import policy as policy_losses
-from rl4agents.losses import regularizers
+from rl4agents.losses import regularizers, shaping
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train.state import TrainState
 from rl4agents.types import Trajectory
@@ -28,8 +28,30 @@ class LossConfig:
     entropy_coef: float = 0.0
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    kl_in_reward: bool = False  # KL as a per-token reward penalty instead of a loss term
     value_coef: float = 0.5
     value_clip: float = 0.5
+    echo_coef: float = 0.0  # ECHO: cross-entropy on environment-observation tokens
+    tis_cap: float = 0.0  # truncated importance sampling cap (0 = off)
+    tis_mode: str = "token"
+    policy_takes_segments: bool = False  # the policy loss accepts `segment_ids` (turn ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapingConfig:
+    """Reward shaping applied to the episodes before credit assignment."""
+
+    overlong_buffer: int = 0  # DAPO overlong penalty buffer in tokens (0 = off)
+    overlong_factor: float = 1.0
+    overlong_per: str = "turn"  # "turn" (max length A) | "episode" (max length K * A)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Batch-level sampling: DAPO dynamic sampling."""
+
+    dynamic: bool = False  # keep only groups whose rewards differ, refilling the batch
+    max_gen_batches: int = 4  # rollouts per step at most while refilling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +69,9 @@ class StepConfig:
     epochs: int = 1
     minibatches: int = 1
     mesh: Any = None
+    needs_greedy: bool = False  # the credit function needs a greedy episode per task (ReMax)
+    shaping: ShapingConfig = ShapingConfig()
+    sampling: SamplingConfig = SamplingConfig()
 
 
 class Batch(NamedTuple):
@@ -58,6 +83,9 @@ class Batch(NamedTuple):
     returns: jax.Array  # f32[B, T] (zeros without a critic)
     values_old: jax.Array  # f32[B, T] (zeros without a critic)
     logp_ref: jax.Array  # f32[B, T] (zeros without KL)
+    weights: jax.Array  # f32[B, T] per-token loss weights (TIS; ones otherwise)
+    obs_target: jax.Array  # bool[B, T] environment-observation tokens (ECHO targets)
+    turn_ids: jax.Array  # int32[B, T] turn index per slot, -1 for prompt/pad
 
 
 def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -68,11 +96,18 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         model, batch.tokens, batch.valid_mask, cfg.rollout.temperature, cfg.needs_values
     )
     mask = batch.action_mask
-    pg_loss, metrics = lc.policy_fn(sc.logp, batch.logp_old, batch.advantages, mask)
+    extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
+    pg_loss, metrics = lc.policy_fn(
+        sc.logp, batch.logp_old, batch.advantages, mask, batch.weights, **extra
+    )
     entropy = agg_lib.aggregate(sc.entropy, mask, lc.agg)
     loss = pg_loss - lc.entropy_coef * entropy
     metrics = {**metrics, "pg_loss": pg_loss, "entropy": entropy}
-    if lc.kl_coef > 0:
+    if lc.echo_coef > 0:
+        echo = regularizers.echo_loss(sc.logp, batch.obs_target)
+        loss = loss + lc.echo_coef * echo
+        metrics["echo_ce"] = echo
+    if lc.kl_coef > 0 and not lc.kl_in_reward:
         kl = agg_lib.aggregate(
             regularizers.kl_penalty(sc.logp, batch.logp_ref, lc.kl_estimator), mask, lc.agg
         )
@@ -106,9 +141,131 @@ def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
 
 def train_length(cfg: StepConfig) -> int:
     """Slots the update needs: everything up to the last action block (the final observation
-    block is never trained on by the policy loss, so it is left out of the forward pass)."""
+    block is never trained on by the policy loss, so it is left out of the forward pass),
+    or every slot when ECHO trains on observation tokens."""
     lay = rollout_lib.make_layout(cfg.env, cfg.rollout)
-    return lay.length - lay.obs
+    return lay.length if cfg.loss.echo_coef > 0 else lay.length - lay.obs
+
+
+def shape_rewards(traj: Trajectory, cfg: StepConfig) -> Trajectory:
+    """DAPO overlong penalty on each turn's (or each episode's) number of action tokens.
+
+    "turn": `turn_rewards[b, k] += overlong_penalty(len_k, A, buffer, factor)`; "episode": the
+    penalty of the episode's total action tokens against `K * A` is added to its last turn.
+    `outcome_reward` is recomputed as the sum of turn rewards. Identity when the buffer is 0.
+    """
+    sh = cfg.shaping
+    if sh.overlong_buffer <= 0:
+        return traj
+    lay = rollout_lib.make_layout(cfg.env, cfg.rollout)
+    _, count, _ = credit_common.turn_token_stats(jnp.zeros(traj.tokens.shape), traj)
+    if sh.overlong_per == "turn":
+        pen = shaping.overlong_penalty(count, lay.action, sh.overlong_buffer, sh.overlong_factor)
+        pen = jnp.where(traj.turn_valid, pen, 0.0)
+    else:
+        total = jnp.sum(count, axis=1)
+        pen_ep = shaping.overlong_penalty(
+            total, lay.turns * lay.action, sh.overlong_buffer, sh.overlong_factor
+        )
+        last = jnp.arange(traj.max_turns)[None, :] == (traj.num_turns[:, None] - 1)
+        pen = jnp.where(last & traj.turn_valid, pen_ep[:, None], 0.0)
+    rewards = traj.turn_rewards + pen
+    return traj.replace(turn_rewards=rewards, outcome_reward=rewards.sum(axis=1))
+
+
+def informative_groups(traj: Trajectory, group_size: int) -> jax.Array:
+    """bool[num_tasks]: the group's episode rewards are not all equal (DAPO's filter)."""
+    r = traj.outcome_reward.reshape(-1, group_size)
+    return ~jnp.all(r == r[:, :1], axis=1)
+
+
+def _group_scatter(buf, new, dest, group_size):
+    """Write the groups of `new` to group slots `dest` of `buf` (out-of-range dest: dropped)."""
+
+    def put(b, n):
+        if b is None:
+            return None
+        shape = (-1, group_size) + b.shape[1:]
+        out = b.reshape(shape).at[dest].set(n.reshape(shape), mode="drop")
+        return out.reshape(b.shape)
+
+    return jax.tree.map(put, buf, new, is_leaf=lambda x: x is None)
+
+
+def dynamic_rollout(key, params, cfg: StepConfig, shard_fn):
+    """DAPO dynamic sampling: roll out batches until `num_tasks` informative groups are found
+    (or `max_gen_batches` batches), keeping only groups whose rewards are not all equal.
+
+    Inside one `lax.while_loop`: batch i uses `fold_in(key, i)`; its informative groups fill
+    the next free group slots in order. Slots still free at the end hold empty episodes (no
+    action tokens), which add nothing to any loss (DAPO raises instead; a jitted step cannot).
+
+    Returns:
+      (Trajectory with group ids 0..num_tasks-1, metrics: `ds/gen_batches`,
+      `ds/filled_frac`, and reward/success over every generated episode).
+    """
+    rc, g = cfg.rollout, cfg.rollout.group_size
+    n = rc.num_tasks
+
+    def gen(i):
+        traj = rollout_lib.rollout(
+            jax.random.fold_in(key, i),
+            cfg.graphdef,
+            params,
+            cfg.env,
+            cfg.env_params,
+            rc,
+            shard_fn=shard_fn,
+        )
+        return shape_rewards(traj, cfg)
+
+    shapes = jax.eval_shape(gen, 0)
+    empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    empty = empty.replace(turn_end=jnp.full(shapes.turn_end.shape, -1, jnp.int32))
+
+    def cond(carry):
+        i, _, filled, _ = carry
+        return (filled < n) & (i < cfg.sampling.max_gen_batches)
+
+    def body(carry):
+        i, buf, filled, sums = carry
+        traj = gen(i)
+        ok = informative_groups(traj, g)
+        dest = jnp.where(ok, filled + jnp.cumsum(ok) - 1, n)
+        buf = _group_scatter(buf, traj, dest, g)
+        sums = sums + jnp.stack([traj.outcome_reward.sum(), traj.success.sum(), 1.0 * ok.sum()])
+        return i + 1, buf, jnp.minimum(filled + ok.sum(), n), sums
+
+    init = (jnp.zeros((), jnp.int32), empty, jnp.zeros((), jnp.int32), jnp.zeros(3))
+    i, traj, filled, sums = jax.lax.while_loop(cond, body, init)
+    b = rc.batch_size
+    traj = traj.replace(group_ids=jnp.arange(b, dtype=jnp.int32) // g)
+    generated = (i * b).astype(jnp.float32)
+    metrics = {
+        "ds/gen_batches": i.astype(jnp.float32),
+        "ds/filled_frac": filled / n,
+        "ds/informative_frac": sums[2] / (i * n),
+        "reward_all": sums[0] / generated,
+        "success_all": sums[1] / generated,
+    }
+    return traj, metrics
+
+
+def greedy_baseline(key, params, traj: Trajectory, cfg: StepConfig, shard_fn) -> Trajectory:
+    """Add ReMax's baseline: the score of one greedy episode on each episode's task."""
+    rc = dataclasses.replace(cfg.rollout, group_size=1, greedy=True)
+    greedy = rollout_lib.rollout(
+        jax.random.fold_in(key, 1),
+        cfg.graphdef,
+        params,
+        cfg.env,
+        cfg.env_params,
+        rc,
+        task_keys=rollout_lib.default_task_keys(key, cfg.rollout.num_tasks),
+        shard_fn=shard_fn,
+    )
+    greedy = shape_rewards(greedy, cfg)
+    return traj.replace(baseline_reward=greedy.outcome_reward[traj.group_ids])
 
 
 def prepare_batch(state: TrainState, traj: Trajectory, cfg: StepConfig):
@@ -122,26 +279,42 @@ def prepare_batch(state: TrainState, traj: Trajectory, cfg: StepConfig):
     def pad(x):  # [B, t_train] -> [B, T]; the cut slots hold no action tokens
         return jnp.pad(x, ((0, 0), (0, t_full - t_train)))
 
-    values_old = logp_ref = None
-    if cfg.needs_values:
-        model = nnx.merge(cfg.graphdef, state.params)
-        values_old = pad(
-            rollout_lib.score(model, tokens, valid, cfg.rollout.temperature, True).values
-        )
-    if cfg.loss.kl_coef > 0:
+    lc = cfg.loss
+    values_old = logp_ref = logp_learner = None
+    model = nnx.merge(cfg.graphdef, state.params)
+    if cfg.needs_values or lc.tis_cap > 0:
+        sc = rollout_lib.score(model, tokens, valid, cfg.rollout.temperature, cfg.needs_values)
+        values_old = pad(sc.values) if cfg.needs_values else None
+        logp_learner = sc.logp
+    logp_behavior = traj.logp_behavior[:, :t_train]
+    mask = traj.action_mask[:, :t_train]
+    if lc.kl_coef > 0:
         ref = nnx.merge(cfg.graphdef, state.ref_params)
         logp_ref = rollout_lib.score(ref, tokens, valid, cfg.rollout.temperature).logp
+        if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
+            kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_estimator)
+            traj = traj.replace(token_penalty=pad(jnp.where(mask, lc.kl_coef * kl, 0.0)))
     out = cfg.credit_fn(traj, values_old)
     zeros = jnp.zeros(tokens.shape, jnp.float32)
+    weights = jnp.ones(tokens.shape, jnp.float32)
+    logp_old = logp_behavior
+    if lc.tis_cap > 0:  # the learner's log-probs are the PPO anchor; w corrects the sampler
+        weights = policy_losses.tis_weights(
+            logp_learner, logp_behavior, mask, cap=lc.tis_cap, mode=lc.tis_mode
+        )
+        logp_old = jnp.where(mask, logp_learner, 0.0)
     batch = Batch(
         tokens=tokens,
         valid_mask=valid,
-        action_mask=traj.action_mask[:, :t_train],
-        logp_old=traj.logp_behavior[:, :t_train],
+        action_mask=mask,
+        logp_old=logp_old,
         advantages=out.advantages[:, :t_train],
         returns=zeros if out.returns is None else out.returns[:, :t_train],
         values_old=zeros if values_old is None else values_old[:, :t_train],
         logp_ref=zeros if logp_ref is None else logp_ref,
+        weights=weights,
+        obs_target=(traj.obs_mask & traj.valid_mask & (traj.turn_ids >= 0))[:, :t_train],
+        turn_ids=traj.turn_ids[:, :t_train],
     )
     adv_metrics = {
         "adv_mean": credit_common.masked_mean(out.advantages, traj.action_mask),
@@ -167,15 +340,26 @@ def train_step(
     """
     key = jax.random.fold_in(key_root, state.step)
     key_rollout, key_perm = jax.random.split(key)
-    traj = rollout_lib.rollout(
-        key_rollout,
-        cfg.graphdef,
-        state.params,
-        cfg.env,
-        cfg.env_params,
-        cfg.rollout,
-        shard_fn=lambda t: sharding.shard_batch(t, cfg.mesh),
-    )
+
+    def shard_fn(t):
+        return sharding.shard_batch(t, cfg.mesh)
+
+    ds_metrics = {}
+    if cfg.sampling.dynamic:
+        traj, ds_metrics = dynamic_rollout(key_rollout, state.params, cfg, shard_fn)
+    else:
+        traj = rollout_lib.rollout(
+            key_rollout,
+            cfg.graphdef,
+            state.params,
+            cfg.env,
+            cfg.env_params,
+            cfg.rollout,
+            shard_fn=shard_fn,
+        )
+        traj = shape_rewards(traj, cfg)
+    if cfg.needs_greedy:
+        traj = greedy_baseline(key_rollout, state.params, traj, cfg, shard_fn)
     traj = sharding.shard_batch(traj, cfg.mesh)
     batch, adv_metrics = prepare_batch(state, traj, cfg)
     b = traj.batch_size
@@ -204,7 +388,12 @@ def train_step(
         _epoch, (state.params, state.opt_state), jnp.arange(cfg.epochs)
     )
     metrics = jax.tree.map(jnp.mean, metrics)
-    metrics = {**metrics, **adv_metrics, **rollout_metrics(traj, cfg.rollout.group_size)}
+    metrics = {
+        **metrics,
+        **adv_metrics,
+        **rollout_metrics(traj, cfg.rollout.group_size),
+        **ds_metrics,
+    }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
 

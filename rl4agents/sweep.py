@@ -1,0 +1,561 @@
+"""Experiment sweeps: build a study's runs, resolve their configs, read back their results.
+
+A study file `experiments/<study>.py` names a base config and a sweep:
+
+    from rl4agents import sweep
+
+    BASE = "configs/frozen_lake.py"  # a config file, optionally "FILE:ARG", as train.py takes it
+
+    def get_sweep():
+        return sweep.product(
+            sweep.fixed({"train.num_steps": 300}),
+            sweep.sweep_values("credit.name", ["grpo", "rloo"]),
+            sweep.seeds(3),
+        )
+
+A sweep is a list of `Point`s: a base config spec (or None for the study's `BASE`) and dotted
+overrides. `product`, `zip_` and list concatenation (`+`) combine sweeps; `configs` lets each
+point carry its own base config file, so one study can span several environments. `expand`
+turns a sweep into named `Run`s; `resolve` loads a run's config, checks every override (the key
+exists, the type fits) and checks that the command line `train.py` will get yields the same
+config. The rest reads results back: run status from `summary.json`, mean/std over seeds, and
+mean/min/max learning curves, for `scripts/make_table.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import ml_collections
+
+SEED_KEY = "seed"
+CONFIG_NAME = "config.json"  # the resolved config, written by scripts/sweep.py
+COMMAND_NAME = "command.txt"
+LOG_NAME = "log.txt"
+SUMMARY_NAME = "summary.json"  # written by rl4agents/train/loop.py
+METRICS_NAME = "metrics.jsonl"
+PLAN_NAME = "sweep.json"  # the expanded study, in the sweep's output directory
+
+_VALUE_TYPES = (bool, int, float, str, tuple, list, type(None))
+_MAX_DIRNAME = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One point of a sweep under construction.
+
+    Attributes:
+      config: base config spec "FILE[:ARG]", or None for the study's `BASE`.
+      overrides: dotted config key -> value, in order.
+      named: the override keys that appear in the run name (and so in its variant).
+    """
+
+    config: str | None = None
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    named: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of a sweep.
+
+    Attributes:
+      name: readable unique name, e.g. "frozen_lake/credit.name=rloo/seed=1".
+      config: base config spec "FILE[:ARG]".
+      overrides: dotted config key -> value, applied in order.
+      named: the override keys in the name.
+    """
+
+    name: str
+    config: str
+    overrides: Mapping[str, Any]
+    named: tuple[str, ...]
+
+    @property
+    def dirname(self) -> str:
+        """The name as one directory name."""
+        return dirname(self.name)
+
+    @property
+    def seed(self) -> Any:
+        return self.overrides.get(SEED_KEY)
+
+    @property
+    def variant(self) -> tuple[str, ...]:
+        """What the run varies apart from the seed: the config's argument and named overrides."""
+        arg = split_spec(self.config)[1]
+        parts = [arg] if arg else []
+        return tuple(
+            parts + [f"{k}={_show(self.overrides[k])}" for k in self.named if k != SEED_KEY]
+        )
+
+
+def sweep_values(key: str, values: Iterable[Any], *, in_name: bool = True) -> list[Point]:
+    """One point per value of the dotted config key `key`.
+
+    Args:
+      key: a dotted config key, e.g. "credit.name".
+      values: the values, in order.
+      in_name: whether the key appears in run names (and so separates table rows). Set False
+        for a key zipped with a named one that already tells the runs apart.
+
+    Returns:
+      The sweep.
+    """
+    values = list(values)
+    if not values:
+        raise ValueError(f"sweep_values({key!r}, ...) got no values")
+    return [Point(overrides={key: v}, named=(key,) if in_name else ()) for v in values]
+
+
+def seeds(num: int, start: int = 0) -> list[Point]:
+    """`num` points setting `seed` to start, start + 1, ..."""
+    if num < 1:
+        raise ValueError(f"seeds(num={num}): allowed: num >= 1")
+    return sweep_values(SEED_KEY, range(start, start + num))
+
+
+def fixed(overrides: Mapping[str, Any]) -> list[Point]:
+    """One point with overrides shared by the runs it is combined with; not in run names."""
+    return [Point(overrides=dict(overrides))]
+
+
+def configs(specs: Iterable[str]) -> list[Point]:
+    """One point per base config spec "FILE[:ARG]" (the file's stem and ARG name the run)."""
+    specs = list(specs)
+    if not specs:
+        raise ValueError("configs([]) got no config specs")
+    return [Point(config=s) for s in specs]
+
+
+def product(*sweeps: Sequence[Point]) -> list[Point]:
+    """Every combination of one point from each sweep; the last sweep varies fastest."""
+    return [_merge(points) for points in itertools.product(*sweeps)]
+
+
+def zip_(*sweeps: Sequence[Point]) -> list[Point]:
+    """The i-th points of the sweeps merged; the sweeps must have the same length."""
+    lengths = [len(s) for s in sweeps]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"zip_ needs sweeps of equal length, got lengths {lengths}")
+    return [_merge(points) for points in zip(*sweeps)]
+
+
+def _merge(points: Sequence[Point]) -> Point:
+    config, overrides, named = None, {}, ()
+    for p in points:
+        if not isinstance(p, Point):
+            raise TypeError(f"a sweep is a list of sweep.Point, got an element {p!r}")
+        if p.config is not None:
+            if config is not None:
+                raise ValueError(f"base config set twice in one run: {config!r} and {p.config!r}")
+            config = p.config
+        for k, v in p.overrides.items():
+            if k in overrides:
+                raise ValueError(f"{k!r} set twice in one run: {overrides[k]!r} and {v!r}")
+            overrides[k] = v
+        named += p.named
+    return Point(config, overrides, named)
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """ "FILE[:ARG]" -> (FILE, ARG or None), as ml_collections' config_flags splits it."""
+    path, _, arg = spec.partition(":")
+    return path, (arg or None)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(_show(v) for v in value)
+    return str(value)
+
+
+def run_name(config: str, overrides: Mapping[str, Any], named: Sequence[str]) -> str:
+    """ "<config stem>[:ARG]/<key>=<value>/..." for the named overrides, in order."""
+    path, arg = split_spec(config)
+    head = os.path.splitext(os.path.basename(path))[0] + (f":{arg}" if arg else "")
+    return "/".join([head] + [f"{k}={_show(overrides[k])}" for k in named])
+
+
+def dirname(name: str) -> str:
+    """A run name as one directory name: "/" -> "__", ":" -> "-", other odd characters -> "_".
+
+    Names longer than 200 characters are cut and end with a hash of the full name.
+    """
+    out = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name.replace("/", "__").replace(":", "-"))
+    out = out.lstrip(".") or "_"
+    if len(out) > _MAX_DIRNAME:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+        out = f"{out[: _MAX_DIRNAME - 11]}-{digest}"
+    return out
+
+
+def expand(sweep: Sequence[Point], base: str | None = None) -> list[Run]:
+    """Named runs from a sweep.
+
+    Args:
+      sweep: the points.
+      base: the base config spec for points that set none.
+
+    Returns:
+      One run per point, in order.
+
+    Raises:
+      ValueError: a point without a base config, an override value of an unsupported type,
+        or two runs with the same name (they differ only in unnamed overrides).
+    """
+    if not sweep:
+        raise ValueError("the sweep has no runs")
+    runs = []
+    for p in sweep:
+        p = _merge([p])  # checks the element's type
+        config = p.config or base
+        if not config:
+            raise ValueError(
+                f"a run with overrides {dict(p.overrides)} has no base config; set BASE in the "
+                "study file or add sweep.configs([...]) to the sweep"
+            )
+        for k, v in p.overrides.items():
+            if not isinstance(v, _VALUE_TYPES):
+                raise ValueError(
+                    f"{k}={v!r}: unsupported value type {type(v).__name__}; allowed: "
+                    "bool, int, float, str, tuple, list, None"
+                )
+        name = run_name(config, p.overrides, p.named)
+        runs.append(Run(name, config, dict(p.overrides), tuple(p.named)))
+    _check_unique(runs)
+    return runs
+
+
+def _check_unique(runs: Sequence[Run]) -> None:
+    seen: dict[str, Run] = {}
+    for r in runs:
+        other = seen.get(r.dirname)
+        if other is not None:
+            raise ValueError(
+                f"two runs are both named {r.name!r} (directory {r.dirname!r}): overrides "
+                f"{dict(other.overrides)} and {dict(r.overrides)}; put the keys that differ in "
+                "the name (sweep_values(..., in_name=True)) or drop the duplicate"
+            )
+        seen[r.dirname] = r
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A loaded study file: its name (the file's stem), path, base config spec and runs."""
+
+    name: str
+    path: str
+    base: str | None
+    runs: list[Run]
+
+
+def load_study(path: str) -> Study:
+    """Loads `experiments/<study>.py`: `BASE` (optional) and `get_sweep()`.
+
+    If the study has no `BASE` but defines `get_config`, the study file itself is the base.
+
+    Args:
+      path: the study file.
+
+    Returns:
+      The study with its expanded runs.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"study file {path!r} does not exist")
+    module = _load_module(path, "rl4agents_study")
+    if not callable(getattr(module, "get_sweep", None)):
+        raise ValueError(f"study file {path!r} defines no get_sweep() function")
+    base = getattr(module, "BASE", None)
+    if base is None and callable(getattr(module, "get_config", None)):
+        base = path
+    if base is not None and not isinstance(base, str):
+        raise ValueError(f"{path}: BASE={base!r} must be a config spec string 'FILE[:ARG]'")
+    runs = expand(module.get_sweep(), base)
+    return Study(os.path.splitext(os.path.basename(path))[0], path, base, runs)
+
+
+def _load_module(path: str, prefix: str):
+    name = f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', os.path.abspath(path))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as `import` does; dataclasses in the file need it
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """Calls `get_config(ARG)` (or `get_config()`) of the file in "FILE[:ARG]"."""
+    path, arg = split_spec(spec)
+    if not os.path.isfile(path):
+        raise ValueError(f"config file {path!r} (from {spec!r}) does not exist")
+    module = _load_module(path, "rl4agents_config")
+    config = module.get_config(arg) if arg is not None else module.get_config()
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ValueError(f"{spec}: get_config() returned {type(config).__name__}, not ConfigDict")
+    config.lock()
+    return config
+
+
+def flatten(config: ml_collections.ConfigDict | Mapping, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> leaf value of a (nested) config or dict."""
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, ml_collections.ConfigDict | Mapping):
+            out.update(flatten(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def suggest(key: str, known: Iterable[str]) -> list[str]:
+    """Up to 5 known dotted keys close to `key` (whole key or last component)."""
+    known = list(known)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.8)
+    last = key.rsplit(".", 1)[-1]
+    by_leaf = {k.rsplit(".", 1)[-1]: k for k in known}
+    tails = difflib.get_close_matches(last, list(by_leaf), n=3, cutoff=0.75)
+    close += [k for k in known if k.rsplit(".", 1)[-1] in tails]
+    return list(dict.fromkeys(close))[:5]
+
+
+def apply_overrides(
+    config: ml_collections.ConfigDict, overrides: Mapping[str, Any]
+) -> ml_collections.ConfigDict:
+    """A copy of `config` with dotted overrides applied, each key and type checked.
+
+    Raises:
+      ValueError: an unknown key (with close known keys), a section set to a value, or a value
+        whose type does not fit the field (bools only for bool fields, int only widens to
+        float, sequences only for tuple fields).
+    """
+    config = copy.deepcopy(config)  # keeps the lock
+    leaves = flatten(config)
+    for key, value in overrides.items():
+        if key not in leaves:
+            if any(k.startswith(key + ".") for k in leaves):
+                fields = sorted(k for k in leaves if k.startswith(key + "."))[:5]
+                raise ValueError(f"{key!r} is a config section, not a field; e.g. {fields}")
+            close = suggest(key, leaves)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"unknown config key {key!r}{hint}")
+        old = leaves[key]
+        if not _fits(old, value):
+            raise ValueError(
+                f"{key}={value!r} has type {type(value).__name__}; the field's type is "
+                f"{type(old).__name__} (default {old!r})"
+            )
+        *path, field = key.split(".")
+        node = config
+        for p in path:
+            node = node[p]
+        try:
+            node[field] = tuple(value) if isinstance(value, list) else value
+        except TypeError as e:
+            raise ValueError(f"{key}={value!r}: {e}") from None
+    return config
+
+
+def _fits(old: Any, value: Any) -> bool:
+    if old is None:
+        return True
+    if isinstance(old, bool) or isinstance(value, bool):
+        return isinstance(old, bool) and isinstance(value, bool)
+    if isinstance(old, float):
+        return isinstance(value, int | float)
+    if isinstance(old, tuple):
+        return isinstance(value, tuple | list)
+    return isinstance(value, type(old))
+
+
+def format_value(value: Any) -> str:
+    """A value as `--config.KEY=VALUE` text that ml_collections' config_flags parses back."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return repr(tuple(value))
+    return str(value)
+
+
+def override_args(overrides: Mapping[str, Any]) -> list[str]:
+    """["--config.KEY=VALUE", ...] for train.py."""
+    return [f"--config.{k}={format_value(v)}" for k, v in overrides.items()]
+
+
+def parse_command_config(spec: str, args: Sequence[str]) -> ml_collections.ConfigDict:
+    """The config train.py builds from `--config=spec` and override `args`, via config_flags."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    argv = ["train.py", f"--config={spec}", *args]
+    values = flags.FlagValues()
+    holder = config_flags.DEFINE_config_file(
+        "config", None, flag_values=values, lock_config=True, sys_argv=argv
+    )
+    with warnings.catch_warnings():  # config_flags loads the file with the deprecated API
+        warnings.simplefilter("ignore", DeprecationWarning)
+        values(argv)
+    return holder.value
+
+
+def resolve(spec: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """The full config of a run: the base config with checked overrides.
+
+    Also parses the run's command-line overrides the way train.py does and checks that they
+    give the same config, so the resolved config is the one the run trains with.
+
+    Args:
+      spec: base config spec "FILE[:ARG]".
+      overrides: dotted key -> value.
+
+    Returns:
+      The locked config.
+    """
+    config = apply_overrides(load_config(spec), overrides)
+    try:
+        via_flags = parse_command_config(spec, override_args(overrides))
+    except Exception as e:  # absl wraps parse errors in several types
+        raise ValueError(
+            f"{spec} with {override_args(overrides)} does not parse on the command line: {e}"
+        ) from None
+    diff = config_diff(config.to_dict(), via_flags.to_dict())
+    if diff:
+        raise ValueError(f"{spec}: overrides do not survive the command line; differences: {diff}")
+    return config
+
+
+def config_json(config: ml_collections.ConfigDict) -> str:
+    """The config as sorted, indented JSON (tuples become lists)."""
+    return json.dumps(json.loads(config.to_json()), indent=2, sort_keys=True)
+
+
+def config_diff(a: Mapping, b: Mapping, ignore: Iterable[str] = ()) -> list[str]:
+    """["key: A -> B", ...] for dotted keys whose values differ (tuples equal lists)."""
+    fa, fb = flatten(a), flatten(b)
+    ignore = set(ignore)
+    out = []
+    for k in sorted(set(fa) | set(fb)):
+        if k in ignore:
+            continue
+        va, vb = _plain(fa.get(k, "<missing>")), _plain(fb.get(k, "<missing>"))
+        if va != vb:
+            out.append(f"{k}: {va!r} -> {vb!r}")
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
+
+
+def read_summary(workdir: str) -> dict | None:
+    """The run's summary.json, or None if absent or unreadable."""
+    path = os.path.join(workdir, SUMMARY_NAME)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def is_complete(workdir: str) -> bool:
+    """Whether the run finished: summary.json says `"finished": true`."""
+    summary = read_summary(workdir)
+    return bool(summary) and summary.get("finished") is True
+
+
+def run_status(workdir: str) -> tuple[str, str]:
+    """("complete" | "incomplete" | "missing", a short explanation) for a run directory."""
+    if not os.path.isdir(workdir):
+        return "missing", "never started"
+    summary = read_summary(workdir)
+    if summary is None:
+        return "incomplete", "no summary.json (running, killed or crashed)"
+    if summary.get("finished") is not True:
+        return "incomplete", f"stopped at step {summary.get('steps')} before finishing"
+    return "complete", f"finished at step {summary.get('steps')}"
+
+
+def get_dotted(tree: Mapping, key: str) -> Any:
+    """tree["a"]["b"] for key "a.b"; None if any part is missing."""
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def parse_metric(spec: str) -> tuple[str, str]:
+    """ "KEY[:max|:min]" -> (KEY, "max" | "min"); which direction is better (default max)."""
+    key, _, goal = spec.partition(":")
+    goal = goal or "max"
+    if not key or goal not in ("max", "min"):
+        raise ValueError(f"metric {spec!r}: allowed: 'KEY', 'KEY:max' or 'KEY:min'")
+    return key, goal
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+    """Mean and sample standard deviation (ddof=1; None for one value) of `n` values."""
+
+    mean: float
+    std: float | None
+    n: int
+
+
+def mean_std(values: Sequence[float]) -> Stat | None:
+    """The statistics of the finite values; None if there are none."""
+    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not values:
+        return None
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return Stat(mean, std, n)
+
+
+def short_labels(variants: Sequence[Sequence[str]]) -> list[str]:
+    """Row labels: each variant's parts minus those every variant shares; "base" if empty."""
+    common = set(variants[0]).intersection(*map(set, variants[1:])) if variants else set()
+    return [", ".join(p for p in v if p not in common) or "base" for v in variants]
+
+
+def curve_stats(
+    series: Sequence[Sequence[tuple[float, float]]],
+) -> tuple[list[float], list[float], list[float], list[float], list[int]]:
+    """Mean, min and max over runs at every x that some run logged.
+
+    Args:
+      series: per run, (x, y) points.
+
+    Returns:
+      xs, mean, min, max, and the number of runs at each x.
+    """
+    by_x: dict[float, list[float]] = {}
+    for points in series:
+        for x, y in points:
+            if y is not None and math.isfinite(y):
+                by_x.setdefault(x, []).append(y)
+    xs = sorted(by_x)
+    ys = [by_x[x] for x in xs]
+    return (
+        xs,
+        [sum(v) / len(v) for v in ys],
+        [min(v) for v in ys],
+        [max(v) for v in ys],
+        [len(v) for v in ys],
+    )

@@ -1,0 +1,344 @@
+"""Tables and learning curves from a sweep made by scripts/sweep.py.
+
+  python scripts/make_table.py --sweep=runs/sweeps/example_sweep \
+      --out=experiments/results/example_sweep
+  python scripts/make_table.py --sweep=runs/sweeps/s --out=experiments/results/s \
+      --metric=eval_test.greedy_success,eval_ood.greedy_success,wall_s:min \
+      --curve_key=eval_test/greedy_success,train/success
+
+Rows are variants (what a run sets apart from its seed), columns are environment x metric,
+cells are `mean ± std (n=seeds)` over the complete runs, with the sample standard deviation
+(ddof=1) and the best mean per column in bold. A metric is a dotted key into each run's
+summary.json (`eval_test.greedy_success`, `wall_s`); `KEY:min` marks lower as better. Writes
+into --out: table.md, table.csv (one row per cell), table.tex (booktabs), runs.csv (one row per
+run, with its status) and curves_<env>.png (per variant the mean over seeds of each curve key
+from metrics.jsonl against the step, with a min-max band over seeds). Runs that are missing or
+incomplete are listed in table.md and on stdout, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl4agents import sweep as sweep_lib  # noqa: E402
+from rl4agents.train import writers  # noqa: E402
+
+DEFAULT_METRICS = "eval_test.greedy_success,eval_ood.greedy_success,wall_s:min"
+DEFAULT_CURVES = "eval_test/greedy_success"
+STD_NOTE = "sample standard deviation (ddof=1) over seeds; no std when n=1"
+
+
+@dataclasses.dataclass
+class Entry:
+    """One run of the sweep plan with its status and, when complete, its results."""
+
+    name: str
+    workdir: str
+    label: str  # the table row
+    env: str
+    seed: object
+    status: str
+    detail: str
+    summary: dict | None = None
+    config: dict | None = None
+
+
+@dataclasses.dataclass
+class Table:
+    rows: list[str]
+    envs: list[str]
+    metrics: list[tuple[str, str]]  # (key, "max" | "min")
+    cells: dict  # (row, env, metric key) -> sweep_lib.Stat
+    best: set  # (row, env, metric key) in bold
+
+
+def load_entries(sweep_dir: str) -> list[Entry]:
+    """Every run of `<sweep_dir>/sweep.json` with its status, summary and config."""
+    path = os.path.join(sweep_dir, sweep_lib.PLAN_NAME)
+    if not os.path.exists(path):
+        raise ValueError(f"{sweep_dir!r} is not a sweep directory: no {sweep_lib.PLAN_NAME}")
+    with open(path) as f:
+        plan = json.load(f)["runs"]
+    labels = sweep_lib.short_labels([tuple(r["variant"]) for r in plan])
+    entries = []
+    for r, label in zip(plan, labels, strict=True):
+        workdir = os.path.join(sweep_dir, r["dir"])
+        status, detail = sweep_lib.run_status(workdir)
+        e = Entry(r["name"], workdir, label, r["env"], r["seed"], status, detail)
+        config_path = os.path.join(workdir, sweep_lib.CONFIG_NAME)
+        if status == "complete":
+            e.summary = sweep_lib.read_summary(workdir)
+            if os.path.exists(config_path):
+                with open(config_path) as f:
+                    e.config = json.load(f)
+        entries.append(e)
+    return entries
+
+
+def check_cells(entries: list[Entry]) -> None:
+    """Runs in one table cell must differ only in their seed."""
+    first: dict[tuple[str, str], Entry] = {}
+    for e in entries:
+        if e.config is None:  # not made by scripts/sweep.py; nothing to compare
+            continue
+        other = first.setdefault((e.label, e.env), e)
+        diff = sweep_lib.config_diff(other.config, e.config, ignore=[sweep_lib.SEED_KEY])
+        if diff:
+            raise ValueError(
+                f"runs {other.name!r} and {e.name!r} share the row {e.label!r} and the "
+                f"environment {e.env!r} but their configs differ beyond the seed: {diff[:5]}; "
+                "name the keys that differ (sweep_values) or use distinct config arguments"
+            )
+
+
+def aggregate(entries: list[Entry], metrics: list[tuple[str, str]]) -> Table:
+    """Mean/std/n per variant x environment x metric over the complete runs, best marked."""
+    done = [e for e in entries if e.status == "complete"]
+    check_cells(done)
+    rows = list(dict.fromkeys(e.label for e in entries))
+    envs = list(dict.fromkeys(e.env for e in entries))
+    cells = {}
+    for row in rows:
+        for env in envs:
+            runs = [e for e in done if e.label == row and e.env == env]
+            for key, _ in metrics:
+                stat = sweep_lib.mean_std([sweep_lib.get_dotted(e.summary, key) for e in runs])
+                if stat is not None:
+                    cells[(row, env, key)] = stat
+    best = set()
+    for env in envs:
+        for key, goal in metrics:
+            column = {r: _num(cells[(r, env, key)].mean) for r in rows if (r, env, key) in cells}
+            if len(column) > 1:
+                target = (max if goal == "max" else min)(float(v) for v in column.values())
+                best |= {(r, env, key) for r, v in column.items() if float(v) == target}
+    return Table(rows, envs, metrics, cells, best)
+
+
+def _decimals(x: float) -> int:
+    return 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 3
+
+
+def _num(x: float, like: float | None = None) -> str:
+    return f"{x:.{_decimals(x if like is None else like)}f}"
+
+
+def cell_text(stat: sweep_lib.Stat, pm: str = "±") -> str:
+    """ "0.710 ± 0.030" (no std when n = 1)."""
+    if stat.std is None:
+        return _num(stat.mean)
+    return f"{_num(stat.mean)} {pm} {_num(stat.std, like=stat.mean)}"
+
+
+def _arrow(goal: str) -> str:
+    return "↑" if goal == "max" else "↓"
+
+
+def to_markdown(table: Table, title: str, entries: list[Entry], pngs: list[str]) -> str:
+    header = ["variant"] + [
+        f"{env}: {k} {_arrow(g)}" for env in table.envs for k, g in table.metrics
+    ]
+    lines = [
+        f"# {title}",
+        "",
+        f"Cells: mean ± {STD_NOTE}; n = seeds. **Bold**: best mean per column "
+        "(↑ higher is better, ↓ lower is better).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|---" + "|---:" * (len(header) - 1) + "|",
+    ]
+    for row in table.rows:
+        cells = [row]
+        for env in table.envs:
+            for key, _ in table.metrics:
+                stat = table.cells.get((row, env, key))
+                if stat is None:
+                    cells.append("-")
+                    continue
+                text = cell_text(stat)
+                text = f"**{text}**" if (row, env, key) in table.best else text
+                cells.append(f"{text} (n={stat.n})")
+        lines.append("| " + " | ".join(cells) + " |")
+    complete = sum(e.status == "complete" for e in entries)
+    lines += ["", f"{complete} of {len(entries)} runs complete."]
+    lines += _missing_lines(entries, bullet="- ")
+    for png in pngs:
+        lines += ["", f"![{os.path.splitext(png)[0]}]({png})"]
+    return "\n".join(lines) + "\n"
+
+
+def _missing_lines(entries: list[Entry], bullet: str) -> list[str]:
+    missing = [e for e in entries if e.status != "complete"]
+    if not missing:
+        return []
+    out = ["", f"Not included ({len(missing)} runs):"]
+    return out + [f"{bullet}`{e.name}`: {e.status}, {e.detail}" for e in missing]
+
+
+def to_csv(table: Table, path: str) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "env", "metric", "goal", "mean", "std", "n", "best"])
+        for row in table.rows:
+            for env in table.envs:
+                for key, goal in table.metrics:
+                    s = table.cells.get((row, env, key))
+                    if s is not None:
+                        std = "" if s.std is None else repr(s.std)
+                        best = int((row, env, key) in table.best)
+                        w.writerow([row, env, key, goal, repr(s.mean), std, s.n, best])
+
+
+def runs_csv(entries: list[Entry], metrics: list[tuple[str, str]], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", "variant", "env", "seed", "status", "detail"] + [k for k, _ in metrics])
+        for e in entries:
+            values = [sweep_lib.get_dotted(e.summary or {}, k) for k, _ in metrics]
+            values = ["" if v is None else v for v in values]
+            w.writerow([e.name, e.label, e.env, e.seed, e.status, e.detail] + values)
+
+
+def latex_escape(text: str) -> str:
+    out = []
+    for ch in str(text):
+        if ch in "&%$#_{}":
+            out.append("\\" + ch)
+        elif ch == "\\":
+            out.append(r"\textbackslash{}")
+        elif ch in "~^":
+            out.append({"~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}[ch])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def to_latex(table: Table, title: str) -> str:
+    m = len(table.metrics)
+    arrow = {"max": r"$\uparrow$", "min": r"$\downarrow$"}
+    lines = [
+        "% Made by scripts/make_table.py; needs \\usepackage{booktabs}.",
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\begin{tabular}{l" + "r" * (m * len(table.envs)) + "}",
+        r"\toprule",
+    ]
+    groups = [rf"\multicolumn{{{m}}}{{c}}{{{latex_escape(env)}}}" for env in table.envs]
+    lines.append(" & " + " & ".join(groups) + r" \\")
+    rules = [f"\\cmidrule(lr){{{2 + i * m}-{1 + (i + 1) * m}}}" for i in range(len(table.envs))]
+    lines.append(" ".join(rules))
+    names = [f"{latex_escape(k)} {arrow[g]}" for _ in table.envs for k, g in table.metrics]
+    lines += ["variant & " + " & ".join(names) + r" \\", r"\midrule"]
+    for row in table.rows:
+        cells = [latex_escape(row)]
+        for env in table.envs:
+            for key, _ in table.metrics:
+                stat = table.cells.get((row, env, key))
+                if stat is None:
+                    cells.append("--")
+                    continue
+                text = cell_text(stat, pm=r"$\pm$")
+                text = rf"\textbf{{{text}}}" if (row, env, key) in table.best else text
+                cells.append(f"{text} ({stat.n})")
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [
+        r"\bottomrule",
+        r"\end{tabular}",
+        rf"\caption{{{latex_escape(title)}: mean $\pm$ sample standard deviation (ddof=1) over "
+        r"seeds, number of seeds in parentheses; bold: best mean per column.}",
+        r"\end{table}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_env_curves(entries: list[Entry], env: str, keys: list[str], png: str) -> bool:
+    """Per variant: mean over seeds of each key against the step, min-max band. False if empty."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    done = [e for e in entries if e.status == "complete" and e.env == env]
+    fig = Figure(figsize=(6.5, 3.0 * len(keys)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(keys), 1, squeeze=False)[:, 0]
+    plotted = False
+    for ax, key in zip(axes, keys, strict=True):
+        for label in dict.fromkeys(e.label for e in done):
+            runs = [e for e in done if e.label == label]
+            series = [_series(e.workdir, key) for e in runs]
+            xs, mean, lo, hi, _ = sweep_lib.curve_stats(series)
+            if not xs:
+                continue
+            marker = "o" if len(xs) < 30 else None
+            (line,) = ax.plot(xs, mean, marker=marker, ms=3, label=f"{label} (n={len(runs)})")
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+            plotted = True
+        ax.set_title(f"{key}: mean over seeds, band = min-max")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    fig.suptitle(env)
+    if plotted:
+        fig.savefig(png, dpi=100)
+    return plotted
+
+
+def _series(workdir: str, key: str) -> list[tuple[float, float]]:
+    rows = writers.read_metrics(os.path.join(workdir, sweep_lib.METRICS_NAME))
+    return [(r["step"], r[key]) for r in rows if key in r and "step" in r]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Tables and curves from a sweep directory.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--sweep", required=True, help="sweep directory (holds sweep.json)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--metric", default=DEFAULT_METRICS, help="KEY[:max|:min], comma separated")
+    p.add_argument("--curve_key", default=DEFAULT_CURVES, help="metrics.jsonl keys, commas")
+    p.add_argument("--title", default=None, help="table title (default: the study name)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        metrics = [sweep_lib.parse_metric(m) for m in args.metric.split(",") if m]
+        entries = load_entries(args.sweep)
+        table = aggregate(entries, metrics)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with open(os.path.join(args.sweep, sweep_lib.PLAN_NAME)) as f:
+        title = args.title or json.load(f)["study"]
+    os.makedirs(args.out, exist_ok=True)
+    keys = [k for k in args.curve_key.split(",") if k]
+    pngs = []
+    for env in table.envs:
+        png = f"curves_{env}.png"
+        if keys and plot_env_curves(entries, env, keys, os.path.join(args.out, png)):
+            pngs.append(png)
+    markdown = to_markdown(table, title, entries, pngs)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(markdown)
+    with open(os.path.join(args.out, "table.tex"), "w") as f:
+        f.write(to_latex(table, title))
+    to_csv(table, os.path.join(args.out, "table.csv"))
+    runs_csv(entries, metrics, os.path.join(args.out, "runs.csv"))
+    print(markdown)
+    print(f"wrote {args.out}: table.md, table.csv, table.tex, runs.csv, " + ", ".join(pngs))
+    if not any(e.status == "complete" for e in entries):
+        print("error: no run of the sweep is complete", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

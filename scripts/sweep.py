@@ -1,0 +1,340 @@
+"""Run a study's sweep: one train.py subprocess per run, N at a time, resumable.
+
+  python scripts/sweep.py experiments/example_sweep.py --workers=2
+  python scripts/sweep.py experiments/example_sweep.py --dry_run
+  python scripts/sweep.py experiments/example_sweep.py --only=ppo_gae --out=runs/sweeps/x
+
+Each run gets `<out>/<run dir>/` (default out: runs/sweeps/<study>) holding config.json (the
+resolved config), command.txt (the exact command), log.txt (its stdout and stderr, appended
+per attempt) and what train.py writes. A run whose summary.json says `"finished": true` is
+skipped; any other run is (re)started and train.py resumes it from its latest checkpoint.
+Ctrl-C (or SIGTERM) asks every worker to checkpoint and stop; rerunning the command continues.
+`<out>/sweep.json` lists every run of the study for scripts/make_table.py.
+
+With N workers each run gets `--xla_force_host_platform_device_count=max(1, cores // N)` in
+its XLA_FLAGS (replacing any given value), so the workers share the host's cores.
+
+Exit status: 0 every selected run is complete, 1 some run failed, 2 a bad study or arguments,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ml_collections  # noqa: E402
+import tqdm  # noqa: E402
+
+from rl4agents import sweep as sweep_lib  # noqa: E402
+
+TRAIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+WORKER_OVERRIDES = {"log.progress": False}  # workers write to log.txt, not a terminal
+DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+
+@dataclasses.dataclass
+class Job:
+    """A run with its resolved config, directory and command."""
+
+    run: sweep_lib.Run
+    workdir: str
+    config: ml_collections.ConfigDict
+    argv: list[str]
+
+    @property
+    def env(self) -> str:
+        return self.config.env.name
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Run a study's sweep with local worker subprocesses.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("study", help="the study file, experiments/<study>.py")
+    p.add_argument("--out", default=None, help="sweep directory (default runs/sweeps/<study>)")
+    p.add_argument("--workers", type=int, default=1, help="runs at a time")
+    p.add_argument("--dry_run", action="store_true", help="print the plan and commands only")
+    p.add_argument("--only", default=None, help="run only runs whose name contains this")
+    p.add_argument("--train_script", default=TRAIN_SCRIPT, help="the training script")
+    p.add_argument(
+        "--grace_s", type=float, default=60.0, help="on Ctrl-C, wait this long for checkpoints"
+    )
+    args = p.parse_args(argv)
+    if args.workers < 1:
+        p.error(f"--workers={args.workers}; allowed: >= 1")
+    return args
+
+
+def _display_path(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def plan(study: sweep_lib.Study, out: str, train_script: str) -> list[Job]:
+    """Resolves every run of the study (all overrides checked before anything runs)."""
+    jobs = []
+    for run in study.runs:
+        overrides = {**run.overrides, **WORKER_OVERRIDES}
+        try:
+            config = sweep_lib.resolve(run.config, overrides)
+        except ValueError as e:
+            raise ValueError(f"run {run.name}: {e}") from None
+        workdir = os.path.join(out, run.dirname)
+        argv = [
+            sys.executable,
+            _display_path(train_script),
+            f"--config={run.config}",
+            f"--workdir={workdir}",
+            *sweep_lib.override_args(overrides),
+        ]
+        jobs.append(Job(run, workdir, config, argv))
+    return jobs
+
+
+def changed_configs(jobs: list[Job]) -> list[str]:
+    """Runs whose stored config.json differs from the study's config now."""
+    errors = []
+    for job in jobs:
+        path = os.path.join(job.workdir, sweep_lib.CONFIG_NAME)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            stored = json.load(f)
+        diff = sweep_lib.config_diff(stored, json.loads(sweep_lib.config_json(job.config)))
+        if diff:
+            errors.append(f"{job.run.name}: {'; '.join(diff[:5])}")
+    return errors
+
+
+def worker_env(environ: dict[str, str], devices: int) -> dict[str, str]:
+    """`environ` with XLA_FLAGS giving `devices` host devices, and unbuffered Python output."""
+    flags = re.sub(rf"{DEVICE_FLAG}=\S*", "", environ.get("XLA_FLAGS", "")).split()
+    env = dict(environ)
+    env["XLA_FLAGS"] = " ".join(flags + [f"{DEVICE_FLAG}={devices}"])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def write_plan(out: str, study: sweep_lib.Study, jobs: list[Job]) -> None:
+    """Writes `<out>/sweep.json`: every run's directory, variant, environment and seed."""
+    entries = [
+        {
+            "name": j.run.name,
+            "dir": j.run.dirname,
+            "config": j.run.config,
+            "overrides": dict(j.run.overrides),
+            "variant": list(j.run.variant),
+            "env": j.env,
+            "seed": j.run.seed,
+        }
+        for j in jobs
+    ]
+    os.makedirs(out, exist_ok=True)
+    tmp = os.path.join(out, sweep_lib.PLAN_NAME + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"study": study.name, "path": study.path, "runs": entries}, f, indent=2)
+    os.replace(tmp, os.path.join(out, sweep_lib.PLAN_NAME))
+
+
+def _command_text(job: Job, env: dict[str, str]) -> str:
+    return (
+        f"# cwd: {os.getcwd()}\nXLA_FLAGS={shlex.quote(env['XLA_FLAGS'])} {shlex.join(job.argv)}\n"
+    )
+
+
+def launch(job: Job, env: dict[str, str]) -> tuple[subprocess.Popen, object]:
+    """Writes config.json and command.txt, then starts the run with output to log.txt."""
+    os.makedirs(job.workdir, exist_ok=True)
+    with open(os.path.join(job.workdir, sweep_lib.CONFIG_NAME), "w") as f:
+        f.write(sweep_lib.config_json(job.config) + "\n")
+    with open(os.path.join(job.workdir, sweep_lib.COMMAND_NAME), "w") as f:
+        f.write(_command_text(job, env))
+    log = open(os.path.join(job.workdir, sweep_lib.LOG_NAME), "a")
+    log.write(f"=== {_now()} start: {shlex.join(job.argv)}\n")
+    log.flush()
+    # Own session: a terminal's Ctrl-C reaches only this runner, which stops workers itself.
+    proc = subprocess.Popen(
+        job.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    return proc, log
+
+
+def _now() -> str:
+    return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def outcome(job: Job, returncode: int) -> str | None:
+    """None if the run is now complete, else why not."""
+    if returncode == 0 and sweep_lib.is_complete(job.workdir):
+        return None
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    if returncode > 0:
+        return f"exit code {returncode}"
+    return "exited 0 but summary.json does not say finished"
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f.read()[-4000:].splitlines() if line.strip()]
+    except OSError:
+        return ""
+    lines = [line for line in lines if not line.startswith("===")]
+    return lines[-1] if lines else ""
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(active: dict, grace_s: float) -> None:
+    """SIGTERM to every worker (train.py checkpoints and exits), SIGKILL after `grace_s`."""
+    for proc in active:
+        _signal(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    try:
+        while any(p.poll() is None for p in active) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print("Second interrupt: killing the workers.", file=sys.stderr)
+    for proc in active:
+        if proc.poll() is None:
+            _signal(proc, signal.SIGKILL)
+        proc.wait()
+    for _, log in active.values():
+        log.write(f"=== {_now()} stopped by the sweep runner\n")
+        log.close()
+
+
+def execute(
+    jobs: list[Job], workers: int, env: dict[str, str], grace_s: float, skipped: int
+) -> tuple[list[Job], list[tuple[Job, str]], list[Job]]:
+    """Runs `jobs`, `workers` at a time.
+
+    Returns:
+      (completed, failed with reasons, interrupted); interrupted is non-empty after Ctrl-C.
+    """
+    pending, active = list(jobs), {}
+    completed, failed = [], []
+    bar = tqdm.tqdm(total=len(jobs) + skipped, initial=skipped, unit="run", dynamic_ncols=True)
+    try:
+        while pending or active:
+            while pending and len(active) < workers:
+                job = pending.pop(0)
+                proc, log = launch(job, env)
+                active[proc] = (job, log)
+                bar.set_postfix(running=len(active), failed=len(failed))
+            time.sleep(0.2)
+            for proc in [p for p in active if p.poll() is not None]:
+                job, log = active.pop(proc)
+                reason = outcome(job, proc.returncode)
+                log.write(f"=== {_now()} exit code {proc.returncode}\n")
+                log.close()
+                if reason is None:
+                    completed.append(job)
+                else:
+                    failed.append((job, reason))
+                    bar.write(f"FAILED {job.run.name}: {reason}")
+                bar.update(1)
+    except KeyboardInterrupt:
+        bar.write(f"Interrupted: stopping {len(active)} worker(s) (up to {grace_s:.0f}s).")
+        stop(active, grace_s)
+        return completed, failed, [job for job, _ in active.values()] + pending
+    finally:
+        bar.close()
+    return completed, failed, []
+
+
+_MARKS = {"complete": "done (skip)", "incomplete": "resume", "missing": "new"}
+
+
+def print_plan(jobs: list[Job], selected: list[Job], status: dict, dry_run: bool) -> None:
+    width = max(len(j.run.name) for j in jobs)
+    for job in jobs:
+        mark = _MARKS[status[job.run.name]] if job in selected else "not selected"
+        print(f"  {mark:<12} {job.run.name:<{width}}  [{job.env}]")
+        if dry_run and job in selected:
+            print(f"      {shlex.join(job.argv)}")
+
+
+def _raise_interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        study = sweep_lib.load_study(args.study)
+        out = args.out or os.path.join("runs", "sweeps", study.name)
+        jobs = plan(study, out, args.train_script)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    selected = [j for j in jobs if args.only is None or args.only in j.run.name]
+    if not selected:
+        names = ", ".join(j.run.name for j in jobs[:5])
+        print(f"error: --only={args.only!r} matches no run; runs: {names}, ...", file=sys.stderr)
+        return 2
+    changed = changed_configs(jobs)
+    if changed:
+        print(
+            "error: these runs were started with a different config (delete their directories "
+            "or pick another --out):\n  " + "\n  ".join(changed),
+            file=sys.stderr,
+        )
+        return 2
+    cores = os.cpu_count() or 1
+    devices = max(1, cores // args.workers)
+    status = {j.run.name: sweep_lib.run_status(j.workdir)[0] for j in jobs}
+    print(f"Study {study.name} ({study.path}): {len(jobs)} runs -> {out}")
+    print_plan(jobs, selected, status, args.dry_run)
+    todo = [j for j in selected if status[j.run.name] != "complete"]
+    skipped = len(selected) - len(todo)
+    print(
+        f"{len(todo)} to run ({sum(status[j.run.name] == 'incomplete' for j in todo)} resumed), "
+        f"{skipped} complete; {args.workers} worker(s), {devices} XLA CPU device(s) each "
+        f"({cores} cores)"
+    )
+    if args.dry_run:
+        return 0
+    write_plan(out, study, jobs)
+    env = worker_env(dict(os.environ), devices)
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        completed, failed, interrupted = execute(todo, args.workers, env, args.grace_s, skipped)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    print(
+        f"\nSweep {study.name}: {len(completed)} done, {skipped} skipped (already complete), "
+        f"{len(failed)} failed, {len(interrupted)} interrupted or not started."
+    )
+    for job, reason in failed:
+        log = os.path.join(job.workdir, sweep_lib.LOG_NAME)
+        print(f"  FAILED {job.run.name}: {reason}; log: {log}")
+        last = _last_line(log)
+        if last:
+            print(f"      {last}")
+    if interrupted:
+        print("Interrupted; rerun the same command to continue.")
+        return 130
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,544 @@
+"""Sweeps: expansion and names, override checks, the runner on a fake train script, tables."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rl4agents import sweep
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BASE = str(ROOT / "configs" / "base.py")
+FROZEN_LAKE = str(ROOT / "configs" / "frozen_lake.py")
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# Expansion and names.
+
+
+def test_product__last_sweep_fastest_and_names():
+    runs = sweep.expand(
+        sweep.product(sweep.sweep_values("credit.name", ["grpo", "rloo"]), sweep.seeds(2)),
+        base="configs/frozen_lake.py",
+    )
+    assert [r.name for r in runs] == [
+        "frozen_lake/credit.name=grpo/seed=0",
+        "frozen_lake/credit.name=grpo/seed=1",
+        "frozen_lake/credit.name=rloo/seed=0",
+        "frozen_lake/credit.name=rloo/seed=1",
+    ]
+    assert runs[3].overrides == {"credit.name": "rloo", "seed": 1}
+    assert runs[3].dirname == "frozen_lake__credit.name=rloo__seed=1"
+    assert runs[3].variant == ("credit.name=rloo",) and runs[3].seed == 1
+
+
+def test_zip__pairs_values_and_rejects_unequal_lengths():
+    runs = sweep.expand(
+        sweep.zip_(
+            sweep.sweep_values("credit.name", ["grpo", "ppo_gae"]),
+            sweep.sweep_values("model.value_head", ["none", "shared"], in_name=False),
+        ),
+        base="configs/base.py",
+    )
+    assert [r.name for r in runs] == ["base/credit.name=grpo", "base/credit.name=ppo_gae"]
+    assert runs[1].overrides == {"credit.name": "ppo_gae", "model.value_head": "shared"}
+    with pytest.raises(
+        ValueError, match=r"zip_ needs sweeps of equal length, got lengths \[2, 3\]"
+    ):
+        sweep.zip_(sweep.seeds(2), sweep.sweep_values("optim.lr", [1.0, 2.0, 3.0]))
+
+
+def test_concat__each_run_carries_its_base_config():
+    fl = sweep.product(sweep.configs(["configs/frozen_lake.py"]), sweep.fixed({"a.b": 1}))
+    sok = sweep.product(sweep.configs(["configs/sokoban.py:ppo_gae"]), sweep.fixed({"a.b": 2}))
+    runs = sweep.expand(sweep.product(fl + sok, sweep.seeds(2)))
+    assert [r.name for r in runs] == [
+        "frozen_lake/seed=0",
+        "frozen_lake/seed=1",
+        "sokoban:ppo_gae/seed=0",
+        "sokoban:ppo_gae/seed=1",
+    ]
+    assert [r.config for r in runs][1:3] == ["configs/frozen_lake.py", "configs/sokoban.py:ppo_gae"]
+    assert runs[2].overrides == {"a.b": 2, "seed": 0}
+    assert runs[2].dirname == "sokoban-ppo_gae__seed=0"
+    assert runs[2].variant == ("ppo_gae",) and runs[0].variant == ()
+
+
+@pytest.mark.parametrize(
+    "make, pattern",
+    [
+        (lambda: sweep.product(sweep.seeds(1), sweep.seeds(2)), r"'seed' set twice in one run"),
+        (
+            lambda: sweep.product(sweep.configs(["a.py"]), sweep.configs(["b.py"])),
+            r"base config set twice in one run: 'a.py' and 'b.py'",
+        ),
+        (lambda: sweep.seeds(0), r"seeds\(num=0\): allowed: num >= 1"),
+        (lambda: sweep.sweep_values("x", []), r"got no values"),
+    ],
+)
+def test_helpers__bad_combinations_fail(make, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make()
+
+
+def test_expand__names_must_be_unique():
+    points = sweep.fixed({"optim.lr": 1.0}) + sweep.fixed({"optim.lr": 2.0})
+    with pytest.raises(ValueError, match=r"two runs are both named 'base'"):
+        sweep.expand(points, base="configs/base.py")
+
+
+def test_expand__without_base_config_fails():
+    with pytest.raises(ValueError, match=r"has no base config; set BASE"):
+        sweep.expand(sweep.seeds(1))
+
+
+def test_expand__rejects_unsupported_values():
+    with pytest.raises(ValueError, match=r"x=\{'a': 1\}: unsupported value type dict"):
+        sweep.expand(sweep.sweep_values("x", [{"a": 1}]), base="c.py")
+
+
+def test_dirname__sanitised_and_bounded():
+    assert sweep.dirname("sokoban:ppo_gae/env.x=a b/seed=1") == "sokoban-ppo_gae__env.x=a_b__seed=1"
+    assert sweep.run_name("c.py", {"mesh.shape": (2, 1, 1)}, ["mesh.shape"]) == "c/mesh.shape=2,1,1"
+    long = "x/" + "k=" + "v" * 400
+    assert len(sweep.dirname(long)) == 200
+    assert sweep.dirname(long) != sweep.dirname(long + "w")
+
+
+def test_load_study__base_and_get_config(tmp_path):
+    study = tmp_path / "my_study.py"
+    study.write_text(
+        "from rl4agents import sweep\n"
+        f"BASE = {BASE!r}\n"
+        "def get_sweep():\n"
+        "    return sweep.seeds(2)\n"
+    )
+    s = sweep.load_study(str(study))
+    assert (
+        s.name == "my_study"
+        and s.base == BASE
+        and [r.name for r in s.runs]
+        == [
+            "base/seed=0",
+            "base/seed=1",
+        ]
+    )
+    own = tmp_path / "own.py"
+    own.write_text(
+        "from rl4agents import sweep\n"
+        "from configs import base\n"
+        "def get_config(arg=None):\n"
+        "    return base.get_config()\n"
+        "def get_sweep():\n"
+        "    return sweep.seeds(1)\n"
+    )
+    s = sweep.load_study(str(own))
+    assert s.runs[0].config == str(own)
+    assert sweep.resolve(s.runs[0].config, s.runs[0].overrides).seed == 0
+    bad = tmp_path / "bad.py"
+    bad.write_text("BASE = 'x.py'\n")
+    with pytest.raises(ValueError, match=r"defines no get_sweep\(\) function"):
+        sweep.load_study(str(bad))
+
+
+# Configs and overrides.
+
+
+@pytest.mark.parametrize(
+    "overrides, pattern",
+    [
+        ({"optim.lrr": 1e-3}, r"unknown config key 'optim.lrr'; did you mean 'optim.lr'"),
+        ({"lr": 1e-3}, r"unknown config key 'lr'; did you mean 'optim.lr'"),
+        ({"optim": 1}, r"'optim' is a config section, not a field"),
+        ({"train.num_steps": 4.5}, r"train.num_steps=4.5 has type float; the field's type is int"),
+        ({"train.num_steps": True}, r"train.num_steps=True has type bool; the field's type is int"),
+        ({"log.progress": 0}, r"log.progress=0 has type int; the field's type is bool"),
+        ({"credit.name": 3}, r"credit.name=3 has type int; the field's type is str"),
+        ({"mesh.shape": 2}, r"mesh.shape=2 has type int; the field's type is tuple"),
+    ],
+)
+def test_resolve__bad_override_names_key_and_type(overrides, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        sweep.resolve(BASE, overrides)
+
+
+def test_resolve__matches_the_command_line():
+    overrides = {
+        "optim.lr": 1,  # int widens to float
+        "mesh.shape": [2, 1, 1],
+        "log.plot_keys": ("train/success", "eval_test/greedy_success"),
+        "log.progress": False,
+        "credit.name": "ppo_gae",
+        "train.max_minutes": 1e-5,
+        "seed": 7,
+    }
+    config = sweep.resolve(FROZEN_LAKE + ":ppo_gae", overrides)
+    assert config.optim.lr == 1.0 and isinstance(config.optim.lr, float)
+    assert config.mesh.shape == (2, 1, 1) and config.model.value_head == "shared"
+    via_flags = sweep.parse_command_config(FROZEN_LAKE + ":ppo_gae", sweep.override_args(overrides))
+    assert sweep.config_diff(config.to_dict(), via_flags.to_dict()) == []
+    assert sweep.config_diff({"a": {"b": (1, 2)}}, {"a": {"b": [1, 3]}}) == [
+        "a.b: [1, 2] -> [1, 3]"
+    ]
+
+
+def test_resolve__missing_config_file_fails():
+    with pytest.raises(ValueError, match=r"config file 'nope.py' \(from 'nope.py:x'\) does not"):
+        sweep.resolve("nope.py:x", {})
+
+
+# The runner, on a fake train script.
+
+FAKE_TRAIN = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+
+    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+    wd = args["workdir"]
+    os.makedirs(wd, exist_ok=True)
+    with open(os.path.join(wd, "calls.txt"), "a") as f:
+        f.write(os.environ["XLA_FLAGS"] + "\\n")
+    with open(os.path.join(wd, "pid.txt"), "w") as f:
+        f.write(str(os.getpid()))
+    behaviours = json.loads(os.environ.get("FAKE_BEHAVIOUR", "{}"))
+    mode = next((b for k, b in behaviours.items() if k in wd), "ok")
+    seed = int(args.get("config.seed", "0"))
+
+    def summary(finished):
+        with open(os.path.join(wd, "summary.json"), "w") as f:
+            json.dump({"finished": finished, "steps": 2, "eval_test": {"greedy_success": seed}}, f)
+
+    with open(os.path.join(wd, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"step": 1, "eval_test/greedy_success": 0.1}) + "\\n")
+    if mode == "fail":
+        print("error: boom", file=sys.stderr)
+        sys.exit(3)
+    if mode == "die_once" and not os.path.exists(os.path.join(wd, "marker")):
+        open(os.path.join(wd, "marker"), "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        signal.signal(signal.SIGTERM, lambda *_: (summary(False), sys.exit(0)))
+        time.sleep(120)
+    summary(True)
+    """
+)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """A study of 4 runs on configs/base.py, a fake train script, and the runner's arguments."""
+    train = tmp_path / "fake_train.py"
+    train.write_text(FAKE_TRAIN)
+    study = tmp_path / "study.py"
+    study.write_text(
+        "from rl4agents import sweep\n"
+        f"BASE = {BASE!r}\n"
+        "def get_sweep():\n"
+        "    return sweep.product(\n"
+        "        sweep.fixed({'train.num_steps': 2}),\n"
+        "        sweep.sweep_values('optim.lr', [0.1, 0.2]),\n"
+        "        sweep.seeds(2),\n"
+        "    )\n"
+    )
+    out = tmp_path / "out"
+    return {
+        "study": study,
+        "out": out,
+        "args": [str(study), f"--out={out}", "--workers=2", f"--train_script={train}"],
+    }
+
+
+def _calls(out: pathlib.Path, run_dir: str) -> int:
+    path = out / run_dir / "calls.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_runner__skips_complete_resumes_killed_reports_failed(fake, monkeypatch, capsys):
+    runner = _script("sweep")
+    out = fake["out"]
+    killed, failing = "optim.lr=0.2__seed=1", "optim.lr=0.1__seed=1"
+    monkeypatch.setenv("FAKE_BEHAVIOUR", json.dumps({killed: "die_once", failing: "fail"}))
+    assert runner.main(fake["args"]) == 1
+    text = capsys.readouterr().out
+    log = out / f"base__{failing}" / "log.txt"
+    assert f"FAILED base/{failing.replace('__', '/')}: exit code 3; log: {log}" in text
+    assert "error: boom" in text  # the log's last line
+    assert "killed by SIGKILL" in text
+    assert "2 done, 0 skipped (already complete), 2 failed" in text
+    ok_dir = "base__optim.lr=0.1__seed=0"
+    assert sweep.is_complete(str(out / ok_dir))
+    command = (out / ok_dir / "command.txt").read_text()
+    assert "--config.optim.lr=0.1 --config.seed=0 --config.log.progress=False" in command
+    config = json.loads((out / ok_dir / "config.json").read_text())
+    assert config["optim"]["lr"] == 0.1 and config["train"]["num_steps"] == 2
+    devices = max(1, (os.cpu_count() or 1) // 2)
+    flags = (out / ok_dir / "calls.txt").read_text().split()
+    assert [f for f in flags if "device_count" in f] == [
+        f"--xla_force_host_platform_device_count={devices}"
+    ]
+    plan = json.loads((out / "sweep.json").read_text())
+    assert [r["variant"] for r in plan["runs"]][::2] == [["optim.lr=0.1"], ["optim.lr=0.2"]]
+
+    # Rerun: complete runs are skipped, the killed run resumes, the failing one fails again.
+    assert runner.main(fake["args"]) == 1
+    text = capsys.readouterr().out
+    assert "1 done, 2 skipped (already complete), 1 failed" in text
+    assert _calls(out, ok_dir) == 1 and _calls(out, f"base__{killed}") == 2
+    assert sweep.is_complete(str(out / f"base__{killed}"))
+    assert (log.read_text().count("=== ") == 4) and "exit code 3" in log.read_text()
+
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "{}")
+    assert runner.main(fake["args"]) == 0
+    assert "1 done, 3 skipped" in capsys.readouterr().out
+
+
+def test_runner__dry_run_only_and_changed_config(fake, tmp_path, capsys):
+    runner = _script("sweep")
+    out = fake["out"]
+    assert runner.main(fake["args"] + ["--dry_run"]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    assert "4 to run (0 resumed), 0 complete" in text and "--config.optim.lr=0.2" in text
+
+    assert runner.main(fake["args"] + ["--only=lr=0.2"]) == 0
+    text = capsys.readouterr().out
+    assert "not selected" in text and "2 done" in text
+    assert _calls(out, "base__optim.lr=0.1__seed=0") == 0
+    assert runner.main(fake["args"] + ["--only=nothing"]) == 2
+    assert "--only='nothing' matches no run" in capsys.readouterr().err
+
+    # The same run names with a different fixed override: refused before anything runs.
+    changed = tmp_path / "changed.py"
+    changed.write_text(
+        fake["study"].read_text().replace("'train.num_steps': 2", "'train.num_steps': 3")
+    )
+    assert runner.main([str(changed)] + fake["args"][1:]) == 2
+    err = capsys.readouterr().err
+    assert "started with a different config" in err and "train.num_steps: 2 -> 3" in err
+
+
+def test_runner__bad_override_fails_before_running(fake, tmp_path, capsys):
+    runner = _script("sweep")
+    bad = tmp_path / "bad.py"
+    bad.write_text(fake["study"].read_text().replace("'optim.lr'", "'optim.lrr'"))
+    assert runner.main([str(bad)] + fake["args"][1:]) == 2
+    err = capsys.readouterr().err
+    assert "run base/optim.lrr=0.1/seed=0: unknown config key 'optim.lrr'" in err
+    assert "did you mean 'optim.lr'" in err
+    assert not fake["out"].exists()
+
+
+def test_runner__interrupt_stops_workers_and_rerun_continues(fake):
+    out = fake["out"]
+    env = dict(os.environ, FAKE_BEHAVIOUR=json.dumps({"base": "hang"}))
+    cmd = [sys.executable, str(ROOT / "scripts" / "sweep.py"), *fake["args"]]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pids = [
+        out / d / "pid.txt" for d in ("base__optim.lr=0.1__seed=0", "base__optim.lr=0.1__seed=1")
+    ]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the fake installs its SIGTERM handler
+    proc.send_signal(signal.SIGINT)
+    text = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 130, text
+    assert "Interrupted; rerun the same command to continue." in text
+    for p in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(p.read_text()), 0)
+        summary = json.loads((p.parent / "summary.json").read_text())
+        assert summary["finished"] is False  # stopped cleanly by SIGTERM
+    assert not (out / "base__optim.lr=0.2__seed=0").exists()
+
+    env["FAKE_BEHAVIOUR"] = "{}"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 resumed" in done.stdout and "4 done, 0 skipped" in done.stdout
+
+
+# Tables.
+
+
+def _make_run(root, name, variant, env, seed, *, success, wall, finished=True, config=None):
+    d = root / sweep.dirname(name)
+    d.mkdir(parents=True)
+    summary = {"finished": finished, "steps": 10, "wall_s": wall}
+    if success is not None:
+        summary["eval_test"] = {"greedy_success": success}
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "config.json").write_text(json.dumps(config or {"seed": seed, "env": {"name": env}}))
+    rows = [
+        {"step": s, "eval_test/greedy_success": (success or 0) * s / 10, "train/success": 0.1}
+        for s in (5, 10)
+    ]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"name": name, "dir": d.name, "variant": variant, "env": env, "seed": seed}
+
+
+def _write_plan(root, runs):
+    (root / "sweep.json").write_text(json.dumps({"study": "demo_study", "runs": runs}))
+
+
+@pytest.fixture
+def table_sweep(tmp_path):
+    root = tmp_path / "sweep"
+    runs = []
+    values = {
+        ("grpo", "frozen_lake"): [0.6, 0.7, 0.8],
+        ("rloo", "frozen_lake"): [0.5, 0.6, None],  # third seed incomplete
+        ("grpo", "sokoban"): [0.2, 0.4, 0.3],
+        ("rloo", "sokoban"): [0.25, 0.45, 0.35],
+    }
+    for (variant, env), successes in values.items():
+        for seed, success in enumerate(successes):
+            name = f"{env}/credit.name={variant}/seed={seed}"
+            runs.append(
+                _make_run(
+                    root,
+                    name,
+                    ["base_arg", f"credit.name={variant}"],
+                    env,
+                    seed,
+                    success=success,
+                    wall=100.0 + 10 * seed + (50 if variant == "rloo" else 0),
+                    finished=success is not None,
+                )
+            )
+    runs.append(
+        {
+            "name": "sokoban/credit.name=rloo/seed=3",
+            "dir": "never_started",
+            "variant": ["base_arg", "credit.name=rloo"],
+            "env": "sokoban",
+            "seed": 3,
+        }
+    )
+    _write_plan(root, runs)
+    return root
+
+
+def test_make_table__mean_std_n_bold_and_files(table_sweep, tmp_path, capsys):
+    out = tmp_path / "results"
+    args = [
+        f"--sweep={table_sweep}",
+        f"--out={out}",
+        "--metric=eval_test.greedy_success,wall_s:min",
+    ]
+    assert _script("make_table").main(args) == 0
+    md = (out / "table.md").read_text()
+    lines = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ")}
+    header = lines["| variant"]
+    assert "frozen_lake: eval_test.greedy_success ↑" in header and "sokoban: wall_s ↓" in header
+    # frozen_lake success: grpo 0.7 ± 0.1 (n=3) beats rloo 0.55 ± 0.0707 (n=2).
+    grpo, rloo = lines["| credit.name=grpo"], lines["| credit.name=rloo"]
+    assert grpo.split(" | ")[1:3] == ["**0.700 ± 0.100** (n=3)", "**110 ± 10** (n=3)"]
+    assert rloo.split(" | ")[1:3] == ["0.550 ± 0.071 (n=2)", "155 ± 7 (n=2)"]
+    # sokoban success: rloo 0.35 beats grpo 0.30.
+    assert grpo.split(" | ")[3] == "0.300 ± 0.100 (n=3)"
+    assert rloo.split(" | ")[3] == "**0.350 ± 0.100** (n=3)"
+    assert "sample standard deviation (ddof=1)" in md
+    assert "11 of 13 runs complete." in md and "Not included (2 runs):" in md
+    assert "`frozen_lake/credit.name=rloo/seed=2`: incomplete, stopped at step 10" in md
+    assert "`sokoban/credit.name=rloo/seed=3`: missing, never started" in md
+    assert "![curves_frozen_lake](curves_frozen_lake.png)" in md
+    assert "Not included (2 runs)" in capsys.readouterr().out
+
+    with open(out / "table.csv") as f:
+        cells = {(r["variant"], r["env"], r["metric"]): r for r in csv.DictReader(f)}
+    cell = cells[("credit.name=rloo", "frozen_lake", "eval_test.greedy_success")]
+    assert float(cell["mean"]) == pytest.approx(0.55) and cell["n"] == "2" and cell["best"] == "0"
+    assert float(cell["std"]) == pytest.approx(0.0707107, rel=1e-5)
+    assert cells[("credit.name=grpo", "frozen_lake", "wall_s")]["best"] == "1"
+    with open(out / "runs.csv") as f:
+        statuses = [r["status"] for r in csv.DictReader(f)]
+    assert statuses.count("complete") == 11 and statuses.count("missing") == 1
+
+    tex = (out / "table.tex").read_text()
+    assert r"\multicolumn{2}{c}{frozen\_lake}" in tex
+    assert r"credit.name=grpo & \textbf{0.700 $\pm$ 0.100} (3) & \textbf{110 $\pm$ 10} (3)" in tex
+    assert r"eval\_test.greedy\_success $\uparrow$" in tex and "ddof=1" in tex
+    for env in ("frozen_lake", "sokoban"):
+        assert (out / f"curves_{env}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_make_table__single_seed_has_no_std_and_cells_must_match(tmp_path):
+    root = tmp_path / "sweep"
+    runs = [
+        _make_run(root, "a/seed=0", [], "fl", 0, success=0.5, wall=1.0),
+        _make_run(root, "b/seed=0", ["x=1"], "fl", 0, success=0.25, wall=2.0),
+    ]
+    _write_plan(root, runs)
+    out = tmp_path / "out"
+    assert _script("make_table").main([f"--sweep={root}", f"--out={out}"]) == 0
+    md = (out / "table.md").read_text()
+    assert "| base | **0.500** (n=1) | - | **1.000** (n=1) |" in md
+    assert "| x=1 | 0.250 (n=1) | - | 2.000 (n=1) |" in md
+
+    # Two seeds of one row whose configs differ beyond the seed are refused.
+    root = tmp_path / "mixed"
+    runs = [
+        _make_run(root, "a/seed=0", [], "fl", 0, success=0.5, wall=1.0, config={"size": 4}),
+        _make_run(root, "b/seed=1", [], "fl", 1, success=0.5, wall=1.0, config={"size": 6}),
+    ]
+    _write_plan(root, runs)
+    make_table = _script("make_table")
+    with pytest.raises(ValueError, match=r"configs differ beyond the seed: \['size: 4 -> 6'\]"):
+        make_table.aggregate(make_table.load_entries(str(root)), [("wall_s", "min")])
+
+
+def test_stats_helpers():
+    assert sweep.mean_std([1.0, 2.0, 3.0]) == sweep.Stat(2.0, 1.0, 3)
+    assert sweep.mean_std([4.0, None, float("nan")]) == sweep.Stat(4.0, None, 1)
+    assert sweep.mean_std([]) is None
+    assert sweep.short_labels([("a", "x=1"), ("a", "x=2")]) == ["x=1", "x=2"]
+    assert sweep.short_labels([("a",), ("a",)]) == ["base", "base"]
+    xs, mean, lo, hi, n = sweep.curve_stats([[(1, 0.0), (2, 1.0)], [(1, 1.0)]])
+    assert (xs, mean, lo, hi, n) == ([1, 2], [0.5, 1.0], [0.0, 1.0], [1.0, 1.0], [2, 1])
+    assert sweep.parse_metric("wall_s:min") == ("wall_s", "min")
+    with pytest.raises(ValueError, match=r"metric 'x:best': allowed"):
+        sweep.parse_metric("x:best")
+
+
+# End to end on the example study.
+
+
+@pytest.mark.slow
+def test_example_sweep__end_to_end(tmp_path):
+    out, results = tmp_path / "sweep", tmp_path / "results"
+    sweep_cmd = [
+        sys.executable,
+        "scripts/sweep.py",
+        "experiments/example_sweep.py",
+        f"--out={out}",
+        "--workers=2",
+    ]
+    done = subprocess.run(sweep_cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 done, 0 skipped" in done.stdout
+    table_cmd = [sys.executable, "scripts/make_table.py", f"--sweep={out}", f"--out={results}"]
+    made = subprocess.run(table_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    md = (results / "table.md").read_text()
+    assert "| grpo | " in md and "| ppo_gae | " in md and md.count("(n=2)") == 6
+    assert "4 of 4 runs complete." in md
+    assert (results / "curves_frozen_lake.png").exists()
+    again = subprocess.run(sweep_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "0 done, 4 skipped" in again.stdout
