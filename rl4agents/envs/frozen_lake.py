@@ -31,7 +31,8 @@ from rl4agents.types import TimeStep
 SPLITS = ("train", "test", "ood")
 ACTIONS = ("up", "down", "left", "right")
 DELTAS = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)  # (row, col) per action id
-# Gym's slippery rule: the intended move or one of the two perpendicular ones, 1/3 each.
+# Gym's slippery rule: the intended move with probability `success_rate` (gym default 1/3),
+# otherwise one of the two perpendicular ones with equal probability.
 _PERPENDICULAR = np.array([[2, 3], [2, 3], [0, 1], [0, 1]], np.int32)
 _MAX_ROUNDS = 16
 _CELLS = {"frozen": "_", "hole": "O", "goal": "G", "agent": "P"}
@@ -105,6 +106,12 @@ class FrozenLake:
       max_obs_len: O, length of the observation returned by `step` (message + grid).
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
+
+    Constructor options beyond the map: `slippery` with `success_rate` (probability of the
+    intended move, gym's default 1/3), `progress_reward` (per-turn process reward
+    `c * (d(s) - d(s'))` on the Manhattan distance d to the goal; 0 = the sparse task),
+    `view_radius` (0 = the whole grid each turn; r = the (2r+1)^2 window around the agent),
+    `compact` (no row breaks, one-word messages).
     """
 
     def __init__(
@@ -112,6 +119,8 @@ class FrozenLake:
         size: int = 4,
         hole_prob: float = 0.2,
         slippery: bool = False,
+        success_rate: float = 1.0 / 3.0,
+        progress_reward: float = 0.0,
         invalid_penalty: float = 0.05,
         goal_reward: float = 1.0,
         test_fraction: float = 0.2,
@@ -127,12 +136,16 @@ class FrozenLake:
             raise ValueError(f"hole_prob must be in [0, 1), got {hole_prob}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 0.0 < success_rate <= 1.0:
+            raise ValueError(f"success_rate must be in (0, 1], got {success_rate}")
         if view_radius < 0:
             raise ValueError(f"view_radius must be >= 0 (0 = the whole grid), got {view_radius}")
         self._kwargs = dict(
             size=size,
             hole_prob=hole_prob,
             slippery=slippery,
+            success_rate=success_rate,
+            progress_reward=progress_reward,
             invalid_penalty=invalid_penalty,
             goal_reward=goal_reward,
             test_fraction=test_fraction,
@@ -146,6 +159,8 @@ class FrozenLake:
         self.size = size
         self.hole_prob = hole_prob
         self.slippery = slippery
+        self.success_rate = success_rate
+        self.progress_reward = progress_reward
         self.invalid_penalty = invalid_penalty
         self.goal_reward = goal_reward
         self.test_threshold = int(round(test_fraction * 1000))
@@ -242,7 +257,9 @@ class FrozenLake:
         move = jnp.maximum(action, 0)
         if self.slippery:
             options = jnp.concatenate([move[None], jnp.asarray(_PERPENDICULAR)[move]])
-            move = options[jax.random.randint(key, (), 0, 3)]
+            slip = (1.0 - self.success_rate) / 2.0
+            probs = jnp.asarray([self.success_rate, slip, slip], jnp.float32)
+            move = options[jax.random.choice(key, 3, p=probs)]
         pos = jnp.clip(state.pos + jnp.asarray(DELTAS)[move], 0, n - 1)  # off-grid: stay
         pos = jnp.where(valid, pos, state.pos)
         at_goal = jnp.all(pos == n - 1)
@@ -255,6 +272,11 @@ class FrozenLake:
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
         reward = jnp.where(valid, jnp.where(at_goal, self.goal_reward, 0.0), -self.invalid_penalty)
+        if self.progress_reward:
+            # Process signal: potential-based shaping on the Manhattan distance to the goal,
+            # `c * (d(s) - d(s'))`, which keeps the optimal policy (Ng et al., 1999).
+            dist = lambda p: 2 * (n - 1) - p.sum()  # noqa: E731
+            reward = reward + self.progress_reward * (dist(state.pos) - dist(pos))
         timestep = TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
