@@ -48,6 +48,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.top_k = 0
     c.rollout.top_p = 1.0
     c.rollout.max_context_len = 0  # 0 = fit all K turns
+    c.rollout.context = "full"  # "full" history | "window": prompt + the last k turns per turn
+    c.rollout.window_turns = 2  # k for context="window"
+    c.rollout.max_episode_tokens = 0  # action-token budget per episode (0 = none)
 
     c.credit = ml_collections.ConfigDict()
     c.credit.name = "grpo"

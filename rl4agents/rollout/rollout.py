@@ -35,6 +35,9 @@ class RolloutConfig:
     top_p: float = 1.0
     greedy: bool = False
     max_context_len: int = 0  # 0 = as long as K turns need; else K is cut to fit
+    context: str = "full"  # "full" history | "window" of the last `window_turns` turns
+    window_turns: int = 2  # k for context="window"
+    max_episode_tokens: int = 0  # action tokens per episode at most (0 = no budget)
 
     @property
     def batch_size(self) -> int:
@@ -60,6 +63,15 @@ def make_layout(env, cfg: RolloutConfig) -> Layout:
             f"action ({env.max_action_len} tokens); allowed: >= {env.max_action_len}"
         )
     turns = cfg.max_turns
+    if cfg.context == "window":
+        row = window_row_length(env, cfg)
+        if cfg.max_context_len and cfg.max_context_len < row:
+            raise ValueError(
+                f"rollout.max_context_len={cfg.max_context_len} is too short for a step row "
+                f"of context='window' (prompt {prompt} + {cfg.window_turns} turns x "
+                f"{action + obs} + action {action} = {row} tokens); allowed: >= {row} or 0"
+            )
+        return Layout(prompt, action, obs, turns, prompt + turns * (action + obs))
     if cfg.max_context_len:
         need = prompt + action + obs
         if cfg.max_context_len < need:
@@ -70,6 +82,46 @@ def make_layout(env, cfg: RolloutConfig) -> Layout:
             )
         turns = min(turns, (cfg.max_context_len - prompt) // (action + obs))
     return Layout(prompt, action, obs, turns, prompt + turns * (action + obs))
+
+
+def window_row_length(env, cfg: RolloutConfig) -> int:
+    """L, the slots of one step row under context="window": prompt + k turns + one action."""
+    prompt, obs, action = 1 + env.max_prompt_len, env.max_obs_len, cfg.max_action_len
+    return prompt + cfg.window_turns * (action + obs) + action
+
+
+class StepRows(NamedTuple):
+    """Step rows of a context="window" rollout: what the policy saw at each turn (layout B).
+
+    Row (b, k) is the prompt, the last `window_turns` turn blocks before turn k (action and
+    observation slots, oldest first) and turn k's A action slots; L = `window_row_length`.
+    """
+
+    tokens: jax.Array  # int32[B, K, L]
+    valid: jax.Array  # bool[B, K, L]
+    action_mask: jax.Array  # bool[B, K, L] the A action slots of turn k that were sampled
+    obs_target: jax.Array  # bool[B, K, L] the newest observation (of turn k-1) in the row
+    logp: jax.Array  # f32[B, K, L] behaviour log-probs on action slots
+
+
+def rows_to_slots(x: jax.Array, lay: Layout) -> jax.Array:
+    """Move per-row action-slot values f32[B, K, L] to the full-history slots f32[B, T].
+
+    Action slot a of row (b, k) (its last A slots) is slot `P + k (A + O) + a` of the episode;
+    every other slot gets 0.
+    """
+    b, k, _ = x.shape
+    act = x[:, :, -lay.action :]
+    blocks = jnp.concatenate([act, jnp.zeros((b, k, lay.obs), x.dtype)], axis=2)
+    return jnp.concatenate([jnp.zeros((b, lay.prompt), x.dtype), blocks.reshape(b, -1)], axis=1)
+
+
+def slots_to_rows(x: jax.Array, lay: Layout, row_len: int) -> jax.Array:
+    """Inverse of `rows_to_slots` on action slots: f32[B, T] -> f32[B, K, L] (0 elsewhere)."""
+    b = x.shape[0]
+    act = x[:, lay.prompt :].reshape(b, lay.turns, lay.action + lay.obs)[:, :, : lay.action]
+    pad = jnp.zeros((b, lay.turns, row_len - lay.action), x.dtype)
+    return jnp.concatenate([pad, act], axis=2)
 
 
 class _Ctx(NamedTuple):
@@ -139,11 +191,44 @@ def rollout(
       shard_fn: optional function constraining per-episode pytrees to the batch sharding.
 
     Returns:
-      A `Trajectory` of B rows, group ids 0..num_tasks-1, each repeated G times.
+      A `Trajectory` of B rows, group ids 0..num_tasks-1, each repeated G times. Under
+      context="window" its tokens are the full history of what happened (for credit
+      assignment), while the policy saw the step rows of `rollout_rows`.
     """
+    return rollout_rows(key, graphdef, params, env, env_params, cfg, task_keys, shard_fn)[0]
+
+
+def rollout_rows(
+    key: jax.Array,
+    graphdef: nnx.GraphDef,
+    params: Any,
+    env,
+    env_params: Any,
+    cfg: RolloutConfig,
+    task_keys: jax.Array | None = None,
+    shard_fn=None,
+) -> tuple[Trajectory, StepRows | None]:
+    """`rollout`, also returning the step rows the policy saw under context="window".
+
+    context="full": one KV cache holds the whole history; each turn samples after it and the
+    observation is prefilled into it. context="window" (methods.md 1.1 B): each turn's context
+    is rebuilt from the prompt, the last `window_turns` turn blocks and nothing else, and
+    prefilled into a fresh cache of L slots (`window_row_length`); the turn's actions are
+    sampled after it. `max_episode_tokens` caps the action tokens of an episode in both modes:
+    a turn stops sampling at the budget and an episode with no budget left ends, truncated.
+
+    Returns:
+      (Trajectory, StepRows) under context="window"; (Trajectory, None) under "full".
+    """
+    if cfg.context not in ("full", "window"):
+        raise ValueError(f"rollout.context={cfg.context!r}; allowed: ['full', 'window']")
+    window = cfg.context == "window"
+    if window and cfg.window_turns < 1:
+        raise ValueError(f"rollout.window_turns={cfg.window_turns}; allowed: >= 1")
     model = nnx.merge(graphdef, params)
     lay = make_layout(env, cfg)
     b, g = cfg.batch_size, cfg.group_size
+    blk = lay.action + lay.obs
     pad, bos, eoa = env.tokenizer.pad_id, env.tokenizer.bos_id, env.tokenizer.eoa_id
     _, key_sample, key_env = jax.random.split(key, 3)
     if task_keys is None:
@@ -152,6 +237,7 @@ def rollout(
     shard = shard_fn or (lambda tree: tree)
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(task_keys[group_ids], env_params)
     env_state, ts = shard((env_state, ts))
+    budget = cfg.max_episode_tokens or lay.turns * lay.action
 
     # Prompt: BOS + the reset observation.
     prompt_tokens = jnp.concatenate([jnp.full((b, 1), bos, jnp.int32), ts.obs_tokens], axis=1)
@@ -160,14 +246,20 @@ def rollout(
         axis=1,
     )
     prompt_tokens = jnp.where(prompt_valid, prompt_tokens, pad)
-    ctx = _Ctx(
-        cache=policy_lib.init_cache(model.cfg, b, lay.length),
-        key_valid=jnp.zeros((b, lay.length), bool),
-        count=jnp.zeros((b,), jnp.int32),
-        logits=jnp.zeros((b, model.cfg.vocab_size), jnp.float32),
-    )
-    ctx = shard(ctx)
-    ctx = _write(model, ctx, prompt_tokens, prompt_valid, 0)
+    row_len = window_row_length(env, cfg) if window else lay.length
+    ctx_len = row_len - lay.action  # window: slots before the action slots of a row
+
+    def fresh_ctx():
+        return shard(
+            _Ctx(
+                cache=policy_lib.init_cache(model.cfg, b, row_len),
+                key_valid=jnp.zeros((b, row_len), bool),
+                count=jnp.zeros((b,), jnp.int32),
+                logits=jnp.zeros((b, model.cfg.vocab_size), jnp.float32),
+            )
+        )
+
+    ctx = None if window else _write(model, fresh_ctx(), prompt_tokens, prompt_valid, 0)
     sample_fn = functools.partial(
         sampling.sample,
         temperature=cfg.temperature,
@@ -176,10 +268,10 @@ def rollout(
         greedy=cfg.greedy,
     )
 
-    def _token_step(carry, i, *, alive, start, key_turn):
+    def _token_step(carry, i, *, alive, start, key_turn, left):
         ctx, stopped = carry
         token = sample_fn(jax.random.fold_in(key_turn, i), ctx.logits)
-        active = alive & ~stopped
+        active = alive & ~stopped & (i < left)
         logp_all = sampling.scaled_log_probs(ctx.logits, cfg.temperature)
         logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
         entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
@@ -190,11 +282,21 @@ def rollout(
         return (ctx, stopped), out
 
     def _turn_step(carry, k):
-        ctx, env_state, done, success, anchor = carry
-        alive = ~done
-        start = lay.prompt + k * (lay.action + lay.obs)
+        ctx, hist_tok, hist_valid, env_state, done, success, anchor, used = carry
+        alive = ~done & (used < budget)
+        if window:  # rebuild the context: prompt + the last window_turns blocks
+            row_tok = jnp.concatenate([prompt_tokens, hist_tok.reshape(b, -1)], axis=1)
+            row_valid = jnp.concatenate([prompt_valid, hist_valid.reshape(b, -1)], axis=1)
+            ctx = _write(model, fresh_ctx(), row_tok, row_valid, 0)
+            start = ctx_len
+        else:
+            start = lay.prompt + k * blk
         body = functools.partial(
-            _token_step, alive=alive, start=start, key_turn=jax.random.fold_in(key_sample, k)
+            _token_step,
+            alive=alive,
+            start=start,
+            key_turn=jax.random.fold_in(key_sample, k),
+            left=budget - used,
         )
         (ctx, _), (act_tok, act_on, act_logp, act_ent) = jax.lax.scan(
             body, (ctx, jnp.zeros((b,), bool)), jnp.arange(lay.action)
@@ -208,32 +310,66 @@ def rollout(
         )
         obs_valid = (jnp.arange(lay.obs)[None, :] < ts.obs_len[:, None]) & alive[:, None]
         obs_tok = jnp.where(obs_valid, ts.obs_tokens, pad)
-        ctx = _write(model, ctx, obs_tok, obs_valid, start + lay.action)
         n_act = act_on.sum(axis=1).astype(jnp.int32)
+        zeros_obs = jnp.zeros(obs_valid.shape, jnp.float32)
         out = _TurnOut(
             tokens=jnp.concatenate([act_tok, obs_tok], axis=1),
             valid=jnp.concatenate([act_on, obs_valid], axis=1),
             action=jnp.concatenate([act_on, jnp.zeros_like(obs_valid)], axis=1),
             obs=jnp.concatenate([jnp.zeros_like(act_on), obs_valid], axis=1),
-            logp=jnp.concatenate([act_logp, jnp.zeros(obs_valid.shape, jnp.float32)], axis=1),
-            entropy=jnp.concatenate([act_ent, jnp.zeros(obs_valid.shape, jnp.float32)], axis=1),
-            turn_end=jnp.where(alive & (n_act > 0), start + n_act - 1, -1),
+            logp=jnp.concatenate([act_logp, zeros_obs], axis=1),
+            entropy=jnp.concatenate([act_ent, zeros_obs], axis=1),
+            turn_end=jnp.where(alive & (n_act > 0), lay.prompt + k * blk + n_act - 1, -1),
             reward=jnp.where(alive, ts.reward, 0.0),
             turn_valid=alive,
             action_valid=alive & ts.valid_action,
             anchor=anchor,
         )
+        rows = None
+        if window:
+            newest_obs = (
+                jnp.concatenate(
+                    [jnp.zeros((b, ctx_len - lay.obs), bool), hist_valid[:, -1, lay.action :]], 1
+                )
+                & alive[:, None]
+            )  # rows of finished episodes train on nothing
+            no_act = jnp.zeros((b, ctx_len), bool)
+            rows = StepRows(
+                tokens=jnp.concatenate([row_tok, act_tok], axis=1),
+                valid=jnp.concatenate([row_valid, act_on], axis=1),
+                action_mask=jnp.concatenate([no_act, act_on], axis=1),
+                obs_target=jnp.concatenate([newest_obs, jnp.zeros_like(act_on)], axis=1),
+                logp=jnp.concatenate([jnp.zeros((b, ctx_len)), act_logp], axis=1),
+            )
+            hist_tok = jnp.concatenate([hist_tok[:, 1:], out.tokens[:, None]], axis=1)
+            hist_valid = jnp.concatenate([hist_valid[:, 1:], out.valid[:, None]], axis=1)
+            ctx = None  # rebuilt next turn
+        else:
+            ctx = _write(model, ctx, obs_tok, obs_valid, start + lay.action)
         success = success | (alive & ts.success)
         anchor = jnp.where(alive, ts.anchor, anchor)
-        return (ctx, env_state, done | (alive & ts.done), success, anchor), out
+        done = done | (alive & ts.done)
+        carry = (ctx, hist_tok, hist_valid, env_state, done, success, anchor, used + n_act)
+        return carry, (out, rows)
 
-    init = (ctx, env_state, jnp.zeros((b,), bool), jnp.zeros((b,), bool), ts.anchor)
-    (_, _, done, success, _), turns = jax.lax.scan(_turn_step, init, jnp.arange(lay.turns))
+    hist_shape = (b, cfg.window_turns if window else 0, blk)
+    init = (
+        ctx,
+        jnp.full(hist_shape, pad, jnp.int32),
+        jnp.zeros(hist_shape, bool),
+        env_state,
+        jnp.zeros((b,), bool),
+        jnp.zeros((b,), bool),
+        ts.anchor,
+        jnp.zeros((b,), jnp.int32),
+    )
+    final, (turns, rows) = jax.lax.scan(_turn_step, init, jnp.arange(lay.turns))
+    done, success = final[4], final[5]
 
     def _flat(x):  # [K, B, A+O] -> [B, K*(A+O)]
         return jnp.swapaxes(x, 0, 1).reshape(b, -1)
 
-    turn_idx = jnp.repeat(jnp.arange(lay.turns, dtype=jnp.int32), lay.action + lay.obs)
+    turn_idx = jnp.repeat(jnp.arange(lay.turns, dtype=jnp.int32), blk)
     valid = jnp.concatenate([prompt_valid, _flat(turns.valid)], axis=1)
     tokens = jnp.concatenate([prompt_tokens, _flat(turns.tokens)], axis=1)
     turn_ids = jnp.concatenate(
@@ -241,16 +377,15 @@ def rollout(
         axis=1,
     )
     rewards = turns.reward.T
-    return Trajectory(
+    zeros_prompt = jnp.zeros(prompt_valid.shape, jnp.float32)
+    traj = Trajectory(
         tokens=tokens,
         valid_mask=valid,
         action_mask=jnp.concatenate([jnp.zeros_like(prompt_valid), _flat(turns.action)], 1),
         obs_mask=jnp.concatenate([prompt_valid, _flat(turns.obs)], axis=1),
         turn_ids=turn_ids,
         turn_end=turns.turn_end.T,
-        logp_behavior=jnp.concatenate(
-            [jnp.zeros(prompt_valid.shape, jnp.float32), _flat(turns.logp)], axis=1
-        ),
+        logp_behavior=jnp.concatenate([zeros_prompt, _flat(turns.logp)], axis=1),
         turn_rewards=rewards,
         turn_valid=turns.turn_valid.T,
         turn_action_valid=turns.action_valid.T,
@@ -261,10 +396,11 @@ def rollout(
         truncated=~done,
         group_ids=group_ids,
         num_turns=turns.turn_valid.sum(axis=0).astype(jnp.int32),
-        entropy_behavior=jnp.concatenate(
-            [jnp.zeros(prompt_valid.shape, jnp.float32), _flat(turns.entropy)], axis=1
-        ),
+        entropy_behavior=jnp.concatenate([zeros_prompt, _flat(turns.entropy)], axis=1),
     )
+    if rows is not None:
+        rows = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)  # [B, K, L]
+    return traj, rows
 
 
 class Scores(NamedTuple):

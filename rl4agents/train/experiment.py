@@ -227,6 +227,18 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     for field in ("num_tasks", "group_size", "max_turns", "max_action_len"):
         if c.rollout[field] < 1:
             raise ValueError(f"rollout.{field}={c.rollout[field]}; allowed: >= 1")
+    config_utils.check_choice("rollout.context", c.rollout.context, ("full", "window"))
+    if c.rollout.context == "window" and c.rollout.window_turns < 1:
+        raise ValueError(f"rollout.window_turns={c.rollout.window_turns}; allowed: >= 1")
+    if c.rollout.max_episode_tokens < 0:
+        raise ValueError(
+            f"rollout.max_episode_tokens={c.rollout.max_episode_tokens}; allowed: >= 0 (0 = none)"
+        )
+    if c.rollout.context == "window" and c.sampling.dynamic:
+        raise ValueError(
+            "sampling.dynamic=True is not supported with rollout.context='window'; "
+            "allowed: rollout.context='full' or sampling.dynamic=False"
+        )
     if c.rollout.temperature <= 0:
         raise ValueError(f"rollout.temperature={c.rollout.temperature}; allowed: > 0")
     rollout_cfg = rollout_lib.RolloutConfig(
@@ -238,6 +250,9 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         top_k=c.rollout.top_k,
         top_p=c.rollout.top_p,
         max_context_len=c.rollout.max_context_len,
+        context=c.rollout.context,
+        window_turns=c.rollout.window_turns,
+        max_episode_tokens=c.rollout.max_episode_tokens,
     )
     rollout_lib.make_layout(env, rollout_cfg)  # raises if one turn does not fit
     if mesh is None:

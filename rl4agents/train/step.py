@@ -268,33 +268,92 @@ def greedy_baseline(key, params, traj: Trajectory, cfg: StepConfig, shard_fn) ->
     return traj.replace(baseline_reward=greedy.outcome_reward[traj.group_ids])
 
 
-def prepare_batch(state: TrainState, traj: Trajectory, cfg: StepConfig):
+class _View(NamedTuple):
+    """What the update trains on, as N rows of L slots, and the map to the episodes' slots.
+
+    context="full": the episodes themselves (N = B, L = `train_length`). context="window":
+    the step rows (N = B * K, L = the row length). Credit is always computed on the episodes'
+    full-history slots; `to_slots` / `from_slots` move per-slot values between the two (they
+    are exact on action slots, where every estimator's inputs and outputs live).
+    """
+
+    tokens: jax.Array  # int32[N, L]
+    valid: jax.Array  # bool[N, L]
+    action_mask: jax.Array  # bool[N, L]
+    logp_behavior: jax.Array  # f32[N, L]
+    obs_target: jax.Array  # bool[N, L]
+    turn_ids: jax.Array  # int32[N, L]
+    to_slots: Callable[[jax.Array], jax.Array]  # f32[N, L] -> f32[B, T]
+    from_slots: Callable[[jax.Array], jax.Array]  # f32[B, T] -> f32[N, L]
+
+
+def _full_view(traj: Trajectory, cfg: StepConfig) -> _View:
+    t_full, t_train = traj.tokens.shape[1], train_length(cfg)
+
+    def cut(x):
+        return x[:, :t_train]
+
+    return _View(
+        tokens=cut(traj.tokens),
+        valid=cut(traj.valid_mask),
+        action_mask=cut(traj.action_mask),
+        logp_behavior=cut(traj.logp_behavior),
+        obs_target=cut(traj.obs_mask & traj.valid_mask & (traj.turn_ids >= 0)),
+        turn_ids=cut(traj.turn_ids),
+        # the cut slots hold no action tokens
+        to_slots=lambda x: jnp.pad(x, ((0, 0), (0, t_full - t_train))),
+        from_slots=cut,
+    )
+
+
+def _window_view(traj: Trajectory, rows: rollout_lib.StepRows, cfg: StepConfig) -> _View:
+    lay = rollout_lib.make_layout(cfg.env, cfg.rollout)
+    b, k, row_len = rows.tokens.shape
+
+    def flat(x):
+        return x.reshape(b * k, row_len)
+
+    turn = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None, :, None], rows.tokens.shape)
+    return _View(
+        tokens=flat(rows.tokens),
+        valid=flat(rows.valid),
+        action_mask=flat(rows.action_mask),
+        logp_behavior=flat(rows.logp),
+        obs_target=flat(rows.obs_target),
+        turn_ids=flat(jnp.where(rows.action_mask, turn, -1)),
+        to_slots=lambda x: rollout_lib.rows_to_slots(x.reshape(b, k, row_len), lay),
+        from_slots=lambda x: flat(rollout_lib.slots_to_rows(x, lay, row_len)),
+    )
+
+
+def prepare_batch(
+    state: TrainState, traj: Trajectory, cfg: StepConfig, rows: rollout_lib.StepRows | None = None
+):
     """Old values / reference log-probs (one teacher-forced pass each) and advantages.
 
-    Returns a `Batch` cut to `train_length(cfg)` slots, and advantage metrics.
+    Credit is assigned on the episodes (`traj`, full-history slots); the update trains on the
+    episodes cut to `train_length(cfg)` slots, or with `rows` (context="window") on the step
+    rows, with values, penalties and advantages moved between the two on action slots.
+
+    Returns a `Batch` of N rows and advantage metrics.
     """
-    t_full, t_train = traj.tokens.shape[1], train_length(cfg)
-    tokens, valid = traj.tokens[:, :t_train], traj.valid_mask[:, :t_train]
-
-    def pad(x):  # [B, t_train] -> [B, T]; the cut slots hold no action tokens
-        return jnp.pad(x, ((0, 0), (0, t_full - t_train)))
-
+    view = _full_view(traj, cfg) if rows is None else _window_view(traj, rows, cfg)
+    tokens, valid, mask = view.tokens, view.valid, view.action_mask
     lc = cfg.loss
     values_old = logp_ref = logp_learner = None
     model = nnx.merge(cfg.graphdef, state.params)
     if cfg.needs_values or lc.tis_cap > 0:
         sc = rollout_lib.score(model, tokens, valid, cfg.rollout.temperature, cfg.needs_values)
-        values_old = pad(sc.values) if cfg.needs_values else None
+        values_old = sc.values
         logp_learner = sc.logp
-    logp_behavior = traj.logp_behavior[:, :t_train]
-    mask = traj.action_mask[:, :t_train]
+    logp_behavior = view.logp_behavior
     if lc.kl_coef > 0:
         ref = nnx.merge(cfg.graphdef, state.ref_params)
         logp_ref = rollout_lib.score(ref, tokens, valid, cfg.rollout.temperature).logp
         if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_estimator)
-            traj = traj.replace(token_penalty=pad(jnp.where(mask, lc.kl_coef * kl, 0.0)))
-    out = cfg.credit_fn(traj, values_old)
+            traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, lc.kl_coef * kl, 0.0)))
+    out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))
     zeros = jnp.zeros(tokens.shape, jnp.float32)
     weights = jnp.ones(tokens.shape, jnp.float32)
     logp_old = logp_behavior
@@ -308,13 +367,13 @@ def prepare_batch(state: TrainState, traj: Trajectory, cfg: StepConfig):
         valid_mask=valid,
         action_mask=mask,
         logp_old=logp_old,
-        advantages=out.advantages[:, :t_train],
-        returns=zeros if out.returns is None else out.returns[:, :t_train],
-        values_old=zeros if values_old is None else values_old[:, :t_train],
+        advantages=view.from_slots(out.advantages),
+        returns=zeros if out.returns is None else view.from_slots(out.returns),
+        values_old=zeros if values_old is None else jnp.where(mask, values_old, 0.0),
         logp_ref=zeros if logp_ref is None else logp_ref,
         weights=weights,
-        obs_target=(traj.obs_mask & traj.valid_mask & (traj.turn_ids >= 0))[:, :t_train],
-        turn_ids=traj.turn_ids[:, :t_train],
+        obs_target=view.obs_target,
+        turn_ids=view.turn_ids,
     )
     adv_metrics = {
         "adv_mean": credit_common.masked_mean(out.advantages, traj.action_mask),
@@ -345,10 +404,11 @@ def train_step(
         return sharding.shard_batch(t, cfg.mesh)
 
     ds_metrics = {}
+    rows = None
     if cfg.sampling.dynamic:
         traj, ds_metrics = dynamic_rollout(key_rollout, state.params, cfg, shard_fn)
     else:
-        traj = rollout_lib.rollout(
+        traj, rows = rollout_lib.rollout_rows(
             key_rollout,
             cfg.graphdef,
             state.params,
@@ -361,8 +421,8 @@ def train_step(
     if cfg.needs_greedy:
         traj = greedy_baseline(key_rollout, state.params, traj, cfg, shard_fn)
     traj = sharding.shard_batch(traj, cfg.mesh)
-    batch, adv_metrics = prepare_batch(state, traj, cfg)
-    b = traj.batch_size
+    batch, adv_metrics = prepare_batch(state, traj, cfg, rows)
+    b = batch.tokens.shape[0]
     mb = b // cfg.minibatches
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
