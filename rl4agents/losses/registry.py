@@ -1,7 +1,9 @@
 """Registries for policy losses and loss-aggregation modes.
 
 Policy loss signature:
-    fn(logp, logp_old, advantages, mask, *, <hparams>) -> (loss f32[], metrics dict)
+    fn(logp, logp_old, advantages, mask, weights=None, *, <hparams>) -> (loss f32[], metrics)
+`weights` f32[B, T] | None is a constant per-token multiplier (truncated importance sampling).
+A loss that also takes `segment_ids` (e.g. GSPO per turn) receives the slot turn ids.
 Aggregation signature:
     fn(loss f32[B, T], mask bool[B, T], scale: float | None) -> f32[]
 
