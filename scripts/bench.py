@@ -34,6 +34,8 @@ from collections.abc import Callable  # noqa: E402
 
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from rl4agents import config_utils, envs, sharding  # noqa: E402
@@ -115,6 +117,57 @@ def bench_default(args) -> dict:
             env, num_envs, num_steps, args.repeats, jax.random.key(3)
         )
     return out
+
+
+def bench_seeds(args) -> dict:
+    """S seeds of one config: one vmapped train step vs S separate steps, interleaved."""
+    config = load_config(args.config, args.quick)
+    exp = experiment_lib.build(config)
+    n = args.seeds
+    vstep = experiment_lib.jit_train_step_seeds(exp.step_cfg, exp.mesh)
+    singles = [exp.init_state(jax.random.key(s)) for s in range(n)]
+    keys = [jax.random.key(s) for s in range(n)]
+    stacked = jax.tree.map(
+        lambda *x: jnp.stack(x), *[exp.init_state(jax.random.key(s)) for s in range(n)]
+    )
+    vkeys = jax.random.split(jax.random.key(0), n)
+
+    def run_single():
+        nonlocal singles
+        out = []
+        for s in range(n):
+            singles[s], m = exp.train_step(singles[s], keys[s])
+            out.append(m)
+        jax.block_until_ready(out)
+
+    def run_vmapped():
+        nonlocal stacked
+        stacked, m = vstep(stacked, vkeys)
+        jax.block_until_ready(m)
+
+    t = time.perf_counter()
+    run_single()
+    compile_single = time.perf_counter() - t
+    t = time.perf_counter()
+    run_vmapped()
+    compile_vmapped = time.perf_counter() - t
+    single_s, vmapped_s = [], []
+    for r in range(args.repeats):
+        for fn, acc in ((run_single, single_s), (run_vmapped, vmapped_s)):
+            t = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t)
+        log(f"seeds repeat {r}: {n} separate {single_s[-1]:.2f}s, vmapped {vmapped_s[-1]:.2f}s")
+    res = {
+        "config": args.config,
+        "seeds": n,
+        "first_call_separate_s": round(compile_single, 2),
+        "first_call_vmapped_s": round(compile_vmapped, 2),
+        "separate_median_s": round(float(np.median(single_s)), 3),
+        "vmapped_median_s": round(float(np.median(vmapped_s)), 3),
+    }
+    res["speedup_vmapped"] = round(res["separate_median_s"] / res["vmapped_median_s"], 3)
+    return res
 
 
 def print_default(res: dict) -> None:
@@ -497,6 +550,12 @@ def main(argv=None) -> int:
         help="--vs-peers: comma list of job families: gen,grpo,mt_rollout,mt_grpo",
     )
     ap.add_argument("--skip-peers", action="store_true", help="--vs-peers: run only ours")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="time S seeds as one vmapped train step against S separate steps (--config)",
+    )
     ap.add_argument("--peer-timeout", type=float, default=900.0, help="seconds per peer run")
     ap.add_argument(
         "--peer-threads",
@@ -517,6 +576,13 @@ def main(argv=None) -> int:
     if args.vs_peers:
         mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
         res["vs_peers"] = bench_vs_peers(args, mesh)
+    elif args.seeds:
+        res["seeds"] = bench_seeds(args)
+        print(json.dumps(res["seeds"], indent=2))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=2)
+        return 0
     else:
         res["default"] = bench_default(args)
     res["meta"]["loadavg_end"] = os.getloadavg()

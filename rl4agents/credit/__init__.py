@@ -3,7 +3,7 @@
 Importing this package registers every variant module.
 """
 
-from rl4agents.credit import outcome, steps, token  # noqa: F401  (registers variants)
+from rl4agents.credit import opo, outcome, steps, token  # noqa: F401  (registers variants)
 from rl4agents.credit.registry import (
     CreditFn,
     CreditOutput,

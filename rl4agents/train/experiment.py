@@ -50,6 +50,7 @@ GROUP_ESTIMATORS = (
     "gigpo",
     "mt_grpo",
     "empg",
+    "opo",
 )
 
 
@@ -307,6 +308,23 @@ def jit_train_step(step_cfg: step_lib.StepConfig, mesh):
     rep = sharding.replicated(mesh)
     return jax.jit(
         functools.partial(step_lib.train_step, cfg=step_cfg),
+        in_shardings=(rep, rep),
+        out_shardings=(rep, rep),
+        donate_argnums=(0,),
+    )
+
+
+def jit_train_step_seeds(step_cfg: step_lib.StepConfig, mesh):
+    """`train_step` vmapped over a leading seed axis: S independent runs in one program.
+
+    `(states, key_roots) -> (states, metrics)` where every leaf of `states` and `key_roots`
+    (key[S]) has a leading axis of S seeds; the metrics get one too. Each seed's trajectory is
+    exactly that of its own `train_step` (tested); on a tiny model this trades S small programs
+    for one larger one, which `scripts/bench.py --seeds S` times against S separate steps.
+    """
+    rep = sharding.replicated(mesh)
+    return jax.jit(
+        jax.vmap(functools.partial(step_lib.train_step, cfg=step_cfg)),
         in_shardings=(rep, rep),
         out_shardings=(rep, rep),
         donate_argnums=(0,),
