@@ -39,6 +39,8 @@ def group_stats(
 
     `mean_g = sum_{j in g} x_j / |g|`, `std_g = sqrt(sum_{j in g}(x_j - mean_g)^2 / (|g| - ddof))`.
     Groups with `|g| <= ddof` (torch returns NaN) get std 0; callers apply the singleton policy.
+    A group whose values are all equal gets exactly that value as its mean and std 0 (see
+    `weighted_group_stats`).
 
     Args:
       x: f32[B] per-episode scalars.
@@ -50,14 +52,7 @@ def group_stats(
     """
     chex.assert_rank(x, 1)
     chex.assert_equal_shape([x, group_ids])
-    ids = dense_group_ids(group_ids)
-    size = ids.shape[0]
-    counts = jax.ops.segment_sum(jnp.ones_like(x), ids, num_segments=size)
-    means = jax.ops.segment_sum(x, ids, num_segments=size) / jnp.maximum(counts, 1.0)
-    sq = jax.ops.segment_sum(jnp.square(x - means[ids]), ids, num_segments=size)
-    dof = counts - ddof
-    var = jnp.where(dof > 0, sq / jnp.where(dof > 0, dof, 1.0), 0.0)
-    return means[ids], safe_sqrt(var)[ids], counts[ids]
+    return weighted_group_stats(x, dense_group_ids(group_ids), jnp.ones_like(x), ddof)
 
 
 def group_mean(x: jax.Array, group_ids: jax.Array) -> jax.Array:
@@ -194,6 +189,15 @@ def penalised_token_rewards(traj: Trajectory, placement: str) -> jax.Array:
     return rewards
 
 
+def penalised_turn_rewards(traj: Trajectory) -> jax.Array:
+    """`turn_rewards` minus each turn's summed `token_penalty` (KL in the reward). f32[B, K]."""
+    rewards = traj.turn_rewards.astype(jnp.float32)
+    if traj.token_penalty is None:
+        return rewards
+    penalty, _, _ = turn_token_stats(traj.token_penalty, traj)
+    return rewards - penalty
+
+
 def weighted_group_stats(
     x: jax.Array, ids: jax.Array, weights: jax.Array, ddof: int = 1
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -217,8 +221,15 @@ def weighted_group_stats(
     chex.assert_equal_shape([x, ids, weights])
     n = x.shape[0]
     w = weights.astype(jnp.float32)
+    x = x.astype(jnp.float32)
     total = jax.ops.segment_sum(w, ids, num_segments=n)
     mean = jax.ops.segment_sum(w * x, ids, num_segments=n) / jnp.where(total > 0, total, 1.0)
+    # A tie must centre to exactly 0: a float32 mean of equal values such as 0.9 can be off by
+    # an ulp, which a std of ~1e-7 plus eps 1e-6 would blow up to a same-sign advantage.
+    present = w > 0
+    hi = jax.ops.segment_max(jnp.where(present, x, -jnp.inf), ids, num_segments=n)
+    lo = jax.ops.segment_min(jnp.where(present, x, jnp.inf), ids, num_segments=n)
+    mean = jnp.where(hi == lo, lo, mean)
     sq = jax.ops.segment_sum(w * jnp.square(x - mean[ids]), ids, num_segments=n)
     dof = total - ddof
     var = jnp.where(dof > 0, sq / jnp.where(dof > 0, dof, 1.0), 0.0)

@@ -60,7 +60,9 @@ def gigpo(
        with the same `mode`; a step group of one gives 0.
     5. `A = A^E + omega A^S` on the step's action tokens.
 
-    Standard deviations are unbiased (ddof=1). If no state repeats, `A^S = 0` and GiGPO
+    Turn rewards `r` are `turn_rewards` minus each turn's summed `token_penalty` (KL in the
+    reward) and the score is `common.episode_scores`. Standard deviations are unbiased
+    (ddof=1). If no state repeats, `A^S = 0` and GiGPO
     reduces to GRPO over step rows.
 
     Args:
@@ -83,7 +85,8 @@ def gigpo(
     with_std = mode == "mean_std_norm"
     valid = traj.turn_valid
     penalty = invalid_penalty * (1.0 - traj.turn_action_valid.astype(jnp.float32))
-    returns = common.discounted_turn_returns(traj.turn_rewards, valid, gamma) - penalty
+    rewards = common.penalised_turn_rewards(traj)
+    returns = common.discounted_turn_returns(rewards, valid, gamma) - penalty
     scores = common.episode_scores(traj)[:, None] - penalty  # [B, K]
 
     # Episode-level advantage.
@@ -137,7 +140,8 @@ def mt_grpo(
     MT-GRPO (`verifiers/trainers/mt_grpo_env_trainer.py`; https://arxiv.org/abs/2505.11821)
     z-scores an outcome reward and a turn reward separately within the task group; tokens of
     the tool-call turn get `A^O + lambda A^T`, tokens of the final answer turn `A^O`. Here, for
-    every valid turn k: `A^O_b = z_g(outcome_b)` and `A^T_{b,k} = z_{g,k}(turn_rewards[b, k])`
+    every valid turn k: `A^O_b = z_g(score_b)` and `A^T_{b,k} = z_{g,k}(r_{b,k})` (turn rewards
+    minus the turn's summed `token_penalty`)
     (the z-score over the episodes of the same task still alive at turn k); turn k's tokens
     get `A^O_b + turn_coef * A^T_{b,k}`, and the last turn of each episode `A^O_b` alone when
     `last_turn_outcome_only` (the two-turn case then matches the reference). The reference's
@@ -163,7 +167,7 @@ def mt_grpo(
     adv_outcome = common.zscore(common.episode_scores(traj), ids, ones, eps)
     turn_idx = jnp.broadcast_to(jnp.arange(valid.shape[1], dtype=jnp.int32), valid.shape)
     adv_turn = _step_zscore(
-        traj.turn_rewards.astype(jnp.float32), _flat_ids(traj, turn_idx), valid, eps
+        common.penalised_turn_rewards(traj), _flat_ids(traj, turn_idx), valid, eps
     )
     if last_turn_outcome_only:
         last = turn_idx == (traj.num_turns[:, None] - 1)
@@ -187,7 +191,8 @@ def turn_return(
 ) -> CreditOutput:
     """Discounted per-turn process-reward returns with a choice of normalisation.
 
-    `G_{b,k} = sum_{j >= k} gamma^(j-k) r_{b,j}` over valid turns (methods.md 5.1; GTPO,
+    `G_{b,k} = sum_{j >= k} gamma^(j-k) r_{b,j}` over valid turns, `r` the turn rewards minus
+    each turn's summed `token_penalty` (methods.md 5.1; GTPO,
     https://arxiv.org/abs/2511.14846, is an instance), normalised as:
     "none" (G itself), "batch" (z-score over all valid turns of the batch), "group" (over the
     episodes of the same task at the same turn index k) or "anchor" (over the steps of the
@@ -207,7 +212,7 @@ def turn_return(
     del values
     _check_choice("norm", norm, ("none", "batch", "group", "anchor"))
     valid = traj.turn_valid
-    returns = common.discounted_turn_returns(traj.turn_rewards, valid, gamma)
+    returns = common.discounted_turn_returns(common.penalised_turn_rewards(traj), valid, gamma)
     if norm == "none":
         adv = returns
     elif norm == "batch":

@@ -74,7 +74,7 @@ def ppo_gae(
       whiten: batch-global masked whitening of the advantages (verl always whitens).
       reward_placement: "turn" (each turn's reward at its last action token) or "outcome"
         (outcome reward at the last action token of the last turn); see
-        `common.token_rewards`.
+        `common.token_rewards`. A `token_penalty` (KL in the reward) is subtracted per token.
 
     Returns:
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics); both arrays are zero
@@ -84,7 +84,7 @@ def ppo_gae(
         raise ValueError("ppo_gae needs critic values; got values=None")
     chex.assert_shape(values, traj.tokens.shape)
     mask = traj.action_mask
-    rewards = common.token_rewards(traj, reward_placement)
+    rewards = common.penalised_token_rewards(traj, reward_placement)
     adv = gae_skip(rewards, values, mask, gamma, lam)
     m = mask.astype(jnp.float32)
     returns = (adv + values) * m
