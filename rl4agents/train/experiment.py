@@ -215,6 +215,12 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     )
     if c.sampling.max_gen_batches < 1:
         raise ValueError(f"sampling.max_gen_batches={c.sampling.max_gen_batches}; allowed: >= 1")
+    if c.sampling.dynamic and c.rollout.group_size < 2:
+        raise ValueError(
+            f"sampling.dynamic=True needs rollout.group_size >= 2 (a group of one sample is "
+            f"never informative), got rollout.group_size={c.rollout.group_size}; allowed: "
+            "rollout.group_size >= 2 or sampling.dynamic=False"
+        )
     needs_greedy = credit.requires_greedy(c.credit.name)
     if c.sampling.dynamic and needs_greedy:
         raise ValueError(

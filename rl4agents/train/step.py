@@ -221,7 +221,11 @@ def dynamic_rollout(key, params, cfg: StepConfig, shard_fn):
 
     shapes = jax.eval_shape(gen, 0)
     empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    empty = empty.replace(turn_end=jnp.full(shapes.turn_end.shape, -1, jnp.int32))
+    empty = empty.replace(
+        turn_end=jnp.full(shapes.turn_end.shape, -1, jnp.int32),
+        turn_ids=jnp.full(shapes.turn_ids.shape, -1, jnp.int32),
+        truncated=jnp.ones(shapes.truncated.shape, bool),
+    )
 
     def cond(carry):
         i, _, filled, _ = carry
