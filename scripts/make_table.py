@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,14 +59,20 @@ class Table:
     best: set  # (row, env, metric key) in bold
 
 
-def load_entries(sweep_dir: str) -> list[Entry]:
-    """Every run of `<sweep_dir>/sweep.json` with its status, summary and config."""
+def load_entries(sweep_dir: str, strip: str = "") -> list[Entry]:
+    """Every run of `<sweep_dir>/sweep.json` with its status, summary and config.
+
+    `strip`: a regular expression removed from every row label, e.g. the environment part of
+    a config argument ("frozen_lake8,grpo" -> "grpo") so that one row spans the environments.
+    """
     path = os.path.join(sweep_dir, sweep_lib.PLAN_NAME)
     if not os.path.exists(path):
         raise ValueError(f"{sweep_dir!r} is not a sweep directory: no {sweep_lib.PLAN_NAME}")
     with open(path) as f:
         plan = json.load(f)["runs"]
     labels = sweep_lib.short_labels([tuple(r["variant"]) for r in plan])
+    if strip:
+        labels = [re.sub(strip, "", label) or "base" for label in labels]
     entries = []
     for r, label in zip(plan, labels, strict=True):
         workdir = os.path.join(sweep_dir, r["dir"])
@@ -304,6 +311,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metric", default=DEFAULT_METRICS, help="KEY[:max|:min], comma separated")
     p.add_argument("--curve_key", default=DEFAULT_CURVES, help="metrics.jsonl keys, commas")
     p.add_argument("--title", default=None, help="table title (default: the study name)")
+    p.add_argument(
+        "--strip", default="", help="regex removed from row labels (merge rows across envs)"
+    )
     return p.parse_args(argv)
 
 
@@ -311,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         metrics = [sweep_lib.parse_metric(m) for m in args.metric.split(",") if m]
-        entries = load_entries(args.sweep)
+        entries = load_entries(args.sweep, args.strip)
         table = aggregate(entries, metrics)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

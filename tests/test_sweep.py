@@ -542,3 +542,21 @@ def test_example_sweep__end_to_end(tmp_path):
     assert (results / "curves_frozen_lake.png").exists()
     again = subprocess.run(sweep_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "0 done, 4 skipped" in again.stdout
+
+
+def test_make_table__strip_merges_rows_across_environments(tmp_path):
+    root = tmp_path / "sweep"
+    runs = [
+        _make_run(root, "fl,grpo/seed=0", ["fl8,grpo"], "frozen_lake", 0, success=0.5, wall=1.0),
+        _make_run(root, "sk,grpo/seed=0", ["sok6,grpo"], "sokoban", 0, success=0.25, wall=2.0),
+    ]
+    _write_plan(root, runs)
+    make_table = _script("make_table")
+    entries = make_table.load_entries(str(root), strip=r"^(fl8|sok6),")
+    assert [e.label for e in entries] == ["grpo", "grpo"]
+    out = tmp_path / "out"
+    args = [f"--sweep={root}", f"--out={out}", "--strip=^(fl8|sok6),"]
+    assert make_table.main(args) == 0
+    md = (out / "table.md").read_text()
+    # One row spanning both environments (default metrics: success, a second metric, wall).
+    assert "| grpo | 0.500 (n=1) | - | 1.000 (n=1) | 0.250 (n=1) | - | 2.000 (n=1) |" in md
