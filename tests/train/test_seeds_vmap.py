@@ -3,11 +3,13 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rl4agents.train import experiment
 from tests.train.test_train import tiny_config
 
 
+@pytest.mark.slow
 def test_vmapped_seeds_equal_separate_runs():
     exp = experiment.build(tiny_config())
     vstep = experiment.jit_train_step_seeds(exp.step_cfg, exp.mesh)

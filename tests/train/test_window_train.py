@@ -11,7 +11,7 @@ from rl4agents.train import experiment
 from rl4agents.train import step as step_lib
 from tests.train.test_train import tiny_config
 
-FAST = ["grpo", "ppo_gae", "gigpo", "step_gae"]
+FAST = ["grpo", "ppo_gae"]
 SLOW = [n for n in credit.names() if n not in FAST]
 
 
