@@ -349,7 +349,15 @@ def test_runner__interrupt_stops_workers_and_rerun_continues(fake):
     out = fake["out"]
     env = dict(os.environ, FAKE_BEHAVIOUR=json.dumps({"base": "hang"}))
     cmd = [sys.executable, str(ROOT / "scripts" / "sweep.py"), *fake["args"]]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # A child inherits an ignored SIGINT (e.g. under `nohup ... &`); give it the default back
+    # so that Python installs its Ctrl-C handler, as in an interactive shell.
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     pids = [
         out / d / "pid.txt" for d in ("base__optim.lr=0.1__seed=0", "base__optim.lr=0.1__seed=1")
     ]
