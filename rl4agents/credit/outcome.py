@@ -62,6 +62,26 @@ def _outcome_metrics(score, adv, std, singleton) -> dict[str, jax.Array]:
     }
 
 
+def grpo_episode_advantages(
+    traj: Trajectory, eps: float, scale: str, singleton_policy: str, stats_over: str
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The per-episode GRPO advantage f32[B] and its metrics (see `grpo`)."""
+    _check_choice("scale", scale, _SCALES)
+    score, mean, group_std, singleton = _group_centre(traj, singleton_policy, stats_over)
+    centered = score - mean
+    if scale == "group":
+        adv = centered / (group_std + eps)
+    elif scale == "batch":
+        batch_std = common.safe_sqrt(jnp.var(score, ddof=1)) if traj.batch_size > 1 else 0.0
+        adv = centered / (batch_std + eps)
+    else:
+        adv = centered
+    if singleton_policy == "zero":
+        adv = jnp.where(singleton, 0.0, adv)
+    metrics = _outcome_metrics(score, adv, group_std, singleton)
+    return adv, metrics
+
+
 @register("grpo")
 def grpo(
     traj: Trajectory,
@@ -99,19 +119,7 @@ def grpo(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
-    _check_choice("scale", scale, _SCALES)
-    score, mean, group_std, singleton = _group_centre(traj, singleton_policy, stats_over)
-    centered = score - mean
-    if scale == "group":
-        adv = centered / (group_std + eps)
-    elif scale == "batch":
-        batch_std = common.safe_sqrt(jnp.var(score, ddof=1)) if traj.batch_size > 1 else 0.0
-        adv = centered / (batch_std + eps)
-    else:
-        adv = centered
-    if singleton_policy == "zero":
-        adv = jnp.where(singleton, 0.0, adv)
-    metrics = _outcome_metrics(score, adv, group_std, singleton)
+    adv, metrics = grpo_episode_advantages(traj, eps, scale, singleton_policy, stats_over)
     return CreditOutput(common.broadcast_to_tokens(adv, traj.action_mask), None, metrics)
 
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from rl4agents.credit import common
-from rl4agents.credit.outcome import _check_choice, grpo
+from rl4agents.credit.outcome import _check_choice, grpo_episode_advantages
 from rl4agents.credit.registry import CreditOutput, register
 from rl4agents.types import Trajectory
 
@@ -266,10 +266,7 @@ def empg(
     del values
     if traj.entropy_behavior is None:
         raise ValueError("empg needs traj.entropy_behavior (sampling entropies); got None")
-    base = grpo(traj, eps=eps)
-    adv_episode = jnp.sum(base.advantages, axis=1) / jnp.maximum(
-        jnp.sum(traj.action_mask, axis=1), 1
-    )  # the per-episode GRPO advantage (constant over its action tokens)
+    adv_episode, _ = grpo_episode_advantages(traj, eps, "group", "raw", "trajectories")
     total, count, _ = common.turn_token_stats(traj.entropy_behavior, traj)
     valid = traj.turn_valid & (count > 0)
     entropy = jnp.where(valid, total / jnp.maximum(count, 1.0), 0.0)
