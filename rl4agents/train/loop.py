@@ -109,7 +109,9 @@ def run(
     )
     step = start
     compile_s = None
-    finished = False
+    # A run killed after its last checkpoint but before its final evaluation resumes at
+    # num_steps: it has nothing left to train and finishes here.
+    finished = start >= num_steps
     with _StopRequest() as stop:
         try:
             while step < num_steps:

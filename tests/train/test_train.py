@@ -104,6 +104,17 @@ def test_loop__interrupted_and_resumed_equals_uninterrupted(tmp_path):
     assert os.path.exists(full / "curves.png") and os.path.exists(full / "tb")
 
 
+def test_loop__killed_after_last_checkpoint_finishes_on_resume(tmp_path):
+    config = tiny_config()
+    loop.run(config, str(tmp_path), quiet=True)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # As if killed after the step-4 checkpoint, before the final evaluation was written.
+    (tmp_path / "summary.json").write_text(json.dumps({"steps": 4, "finished": False}))
+    resumed = loop.run(config, str(tmp_path), quiet=True)
+    assert resumed["finished"] and resumed["steps"] == 4
+    assert resumed["eval_test"] == summary["eval_test"]
+
+
 def test_loop__incompatible_checkpoint_fails_and_keeps_files(tmp_path):
     loop.run(tiny_config(**{"train.num_steps": 2}), str(tmp_path), quiet=True)
     before = (tmp_path / "checkpoints" / "config.json").read_text()
