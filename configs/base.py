@@ -104,6 +104,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.eval_seed = 1234
     c.train.ood_max_turns = 0  # turn limit on the (larger) OOD tasks; 0 = rollout.max_turns
 
+    c.init = ml_collections.ConfigDict()
+    c.init.params = ""  # start RL from parameters saved by scripts/sft.py (its workdir)
+
+    c.sft = ml_collections.ConfigDict()  # scripts/sft.py: behaviour cloning on oracle demos
+    c.sft.num_demos = 256  # oracle episodes on training tasks
+    c.sft.keep = "success"  # "success": train on solved episodes only | "all"
+    c.sft.steps = 300
+    c.sft.batch_size = 32
+    c.sft.lr = 1e-3
+
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 50
     c.checkpoint.max_to_keep = 2

@@ -40,6 +40,8 @@ COMPAT_KEYS = (
     "optim.weight_decay",
 )
 
+# What a warm start (config.init.params) must share with the run that saved the parameters.
+INIT_COMPAT_KEYS = tuple(k for k in COMPAT_KEYS if k.startswith(("env.", "model.")))
 
 # Estimators that compare the samples of one task: they need group_size >= 2.
 GROUP_ESTIMATORS = (

@@ -13,11 +13,13 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import tqdm
 
 from rl4agents import checkpoint as checkpoint_lib
 from rl4agents.train import experiment as experiment_lib
+from rl4agents.train import sft as sft_lib
 from rl4agents.train import writers
 
 EVAL_KEYS = ("success", "reward", "turns", "invalid_rate", "truncated")
@@ -89,6 +91,8 @@ def run(
     start = ckpt.latest_step()
     if start is None:
         state, start = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1)), 0
+        if c.init.params:
+            state = _warm_start(exp, state, c.init.params)
     else:
         state = ckpt.restore(start, exp.abstract_state())
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
@@ -171,6 +175,18 @@ def run(
     )
     ckpt.close()
     return summary
+
+
+def _warm_start(exp, state, directory: str):
+    """`state` with the parameters saved in `directory` (scripts/sft.py) as its start.
+
+    The KL reference, if any, is the warm-started policy (as in RLHF after SFT).
+    """
+    params = sft_lib.load_params(
+        directory, exp.abstract_state().params, exp.config_json, experiment_lib.INIT_COMPAT_KEYS
+    )
+    ref = None if state.ref_params is None else jax.tree.map(jnp.copy, params)
+    return state.replace(params=params, ref_params=ref)
 
 
 def _milestones(rows) -> dict:

@@ -424,6 +424,32 @@ def train_step(
         traj = shape_rewards(traj, cfg)
     if cfg.needs_greedy:
         traj = greedy_baseline(key_rollout, state.params, traj, cfg, shard_fn)
+    new_state, metrics = update(state, traj, key_perm, cfg, rows)
+    return new_state, {**metrics, **ds_metrics}
+
+
+def update(
+    state: TrainState,
+    traj: Trajectory,
+    key_perm: jax.Array,
+    cfg: StepConfig,
+    rows: rollout_lib.StepRows | None = None,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """The learning half of `train_step`: credit, then `epochs` x `minibatches` updates; pure.
+
+    Used by `train_step` after its jitted rollout, and on its own by trainers whose episodes
+    come from elsewhere (host environments, `rl4agents.envs.host`).
+
+    Args:
+      state: the training state.
+      traj: B episodes in the slot layout of `cfg.rollout` (B = num_tasks x group_size).
+      key_perm: key for the minibatch permutation.
+      cfg: static step configuration.
+      rows: the step rows the policy saw under context="window", else None.
+
+    Returns:
+      The updated state (step + 1) and a flat dict of f32[] metrics.
+    """
     traj = sharding.shard_batch(traj, cfg.mesh)
     batch, adv_metrics = prepare_batch(state, traj, cfg, rows)
     b = batch.tokens.shape[0]
@@ -452,12 +478,7 @@ def train_step(
         _epoch, (state.params, state.opt_state), jnp.arange(cfg.epochs)
     )
     metrics = jax.tree.map(jnp.mean, metrics)
-    metrics = {
-        **metrics,
-        **adv_metrics,
-        **rollout_metrics(traj, cfg.rollout.group_size),
-        **ds_metrics,
-    }
+    metrics = {**metrics, **adv_metrics, **rollout_metrics(traj, cfg.rollout.group_size)}
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
 

@@ -1,0 +1,261 @@
+"""Warm start: behaviour cloning on oracle demonstrations, then RL from those parameters.
+
+Every built-in environment has an oracle (`env.oracle_actions(state)`: a plan from the current
+state whose first action is what the oracle does next). `collect_demos` runs it closed-loop
+through the jitted environment, re-planning every turn, and writes the episodes in the
+rollout's slot layout (the same prompt, action and observation blocks the policy samples
+into, end-of-action token included). `train` minimises the negative log-likelihood of the
+demonstrated action tokens under the teacher-forced policy (`rollout.score`), and `save_params`
+/ `load_params` hand the result to an RL run through `config.init.params`:
+
+  python scripts/sft.py --config=configs/maze.py --workdir=runs/maze_sft
+  python scripts/train.py --config=configs/maze.py --workdir=runs/maze_rl \
+      --config.init.params=runs/maze_sft
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from rl4agents import checkpoint as checkpoint_lib
+from rl4agents import sharding
+from rl4agents.rollout import rollout as rollout_lib
+from rl4agents.train import state as state_lib
+
+PARAMS_DIR = "params"
+
+
+@flax.struct.dataclass
+class Demos:
+    """N demonstrated episodes in the slot layout of a rollout (T = P + K * (A + O)).
+
+    Attributes:
+      tokens: int32[N, T] token ids, PAD in unused slots.
+      valid_mask: bool[N, T] real tokens.
+      action_mask: bool[N, T] demonstrated action tokens (end-of-action included): the targets.
+      success: bool[N] the episode solved its task.
+      num_turns: int32[N] turns taken.
+      reward: f32[N] sum of the episode's rewards.
+    """
+
+    tokens: jax.Array
+    valid_mask: jax.Array
+    action_mask: jax.Array
+    success: jax.Array
+    num_turns: jax.Array
+    reward: jax.Array
+
+    def select(self, keep: np.ndarray) -> Demos:
+        """The episodes where bool[N] `keep` is set."""
+        return jax.tree.map(lambda x: np.asarray(x)[keep], self)
+
+
+def collect_demos(
+    env, env_params: Any, task_keys: jax.Array, lay: rollout_lib.Layout, key: jax.Array
+) -> Demos:
+    """Run the environment's oracle closed-loop on each task and record the episodes.
+
+    Each turn the oracle plans from the episode's current state (on the host) and its first
+    action is stepped through the jitted, vmapped `env.step`; stochastic dynamics (a slippery
+    lake) therefore get a re-planned answer every turn. An episode ends when the environment
+    says done, when the oracle has no plan, or after `lay.turns` turns.
+
+    Args:
+      env: an environment with `oracle_actions(state)` and `action_tokens(action_id)`.
+      env_params: its params (for example `env.default_params("train")`).
+      task_keys: key[N] one reset key per task.
+      lay: the rollout layout the demonstrations are written in (`rollout.make_layout`).
+      key: PRNG key for the environment's own randomness.
+
+    Returns:
+      `Demos` of N episodes (numpy arrays).
+
+    Raises:
+      ValueError: an oracle action needs more than `lay.action` tokens, or the environment has
+        no oracle.
+    """
+    if not hasattr(env, "oracle_actions"):
+        raise ValueError(f"environment {type(env).__name__} has no oracle_actions(state)")
+    tok = env.tokenizer
+    pad, bos, eoa = tok.pad_id, tok.bos_id, tok.eoa_id
+    n = int(task_keys.shape[0])
+    blk = lay.action + lay.obs
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
+    state, ts = reset(task_keys, env_params)
+
+    tokens = np.full((n, lay.length), pad, np.int32)
+    valid = np.zeros((n, lay.length), bool)
+    action_mask = np.zeros((n, lay.length), bool)
+    obs, obs_len = np.asarray(ts.obs_tokens), np.asarray(ts.obs_len)
+    tokens[:, 0], valid[:, 0] = bos, True
+    prompt_valid = np.arange(lay.prompt - 1)[None, :] < obs_len[:, None]
+    tokens[:, 1 : lay.prompt] = np.where(prompt_valid, obs, pad)
+    valid[:, 1 : lay.prompt] = prompt_valid
+
+    done = np.zeros((n,), bool)
+    success = np.zeros((n,), bool)
+    reward = np.zeros((n,), np.float32)
+    num_turns = np.zeros((n,), np.int32)
+    cache: dict[int, np.ndarray] = {}
+    for k in range(lay.turns):
+        alive = ~done
+        if not alive.any():
+            break
+        host_state = jax.device_get(state)
+        act = np.full((n, lay.action), pad, np.int32)
+        act_len = np.zeros((n,), np.int32)
+        for i in np.flatnonzero(alive):
+            plan = env.oracle_actions(jax.tree.map(lambda x, i=i: x[i], host_state))
+            if not plan:  # no plan (a hole, an unsolvable state) or nothing left to do
+                done[i] = True
+                continue
+            ids = cache.get(plan[0])
+            if ids is None:
+                ids = cache[plan[0]] = np.asarray(env.action_tokens(plan[0]), np.int32)
+            if len(ids) > lay.action:
+                raise ValueError(
+                    f"oracle action {plan[0]} has {len(ids)} tokens but rollout.max_action_len "
+                    f"is {lay.action}; allowed: rollout.max_action_len >= {len(ids)}"
+                )
+            act[i, : len(ids)], act_len[i] = ids, len(ids)
+        alive = ~done
+        keys = jax.random.split(jax.random.fold_in(key, k), n)
+        state, ts = step(keys, state, jnp.asarray(act), jnp.asarray(act_len), env_params)
+        start = lay.prompt + k * blk
+        # The action block as the policy writes it: tokens, then end-of-action if room is left.
+        cols = np.arange(lay.action)[None, :]
+        with_eoa = np.where(cols == act_len[:, None], eoa, act)
+        on = (cols <= act_len[:, None]) & alive[:, None]
+        tokens[:, start : start + lay.action] = np.where(on, with_eoa, pad)
+        valid[:, start : start + lay.action] = on
+        action_mask[:, start : start + lay.action] = on
+        o_len = np.asarray(ts.obs_len)
+        o_on = (np.arange(lay.obs)[None, :] < o_len[:, None]) & alive[:, None]
+        o0 = start + lay.action
+        tokens[:, o0 : o0 + lay.obs] = np.where(o_on, np.asarray(ts.obs_tokens), pad)
+        valid[:, o0 : o0 + lay.obs] = o_on
+        reward += np.where(alive, np.asarray(ts.reward), 0.0)
+        success |= alive & np.asarray(ts.success)
+        num_turns += alive
+        done |= alive & np.asarray(ts.done)
+    return Demos(tokens, valid, action_mask, success, num_turns, reward)
+
+
+def nll_loss(params, graphdef, batch: Demos) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean negative log-likelihood of the demonstrated action tokens.
+
+    Args:
+      params: the policy's state.
+      graphdef: its static graph.
+      batch: `Demos` with tokens int32[N, T], valid_mask and action_mask bool[N, T].
+
+    Returns:
+      The loss f32[] and metrics: `nll` (per action token) and `episode_nll` (per episode).
+    """
+    model = nnx.merge(graphdef, params)
+    scores = rollout_lib.score(model, batch.tokens, batch.valid_mask)
+    mask = batch.action_mask.astype(jnp.float32)
+    total = -(scores.logp * mask).sum()
+    nll = total / jnp.maximum(mask.sum(), 1.0)
+    return nll, {"nll": nll, "episode_nll": total / batch.tokens.shape[0]}
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 300  # optimizer steps
+    batch_size: int = 32  # episodes per step
+    lr: float = 1e-3
+    grad_clip: float = 1.0
+
+
+def make_step(graphdef, optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh):
+    """A jitted `(params, opt_state, batch) -> (params, opt_state, metrics)` SFT update.
+
+    Parameters and optimizer state stay replicated on `mesh` (so the step compiles once);
+    the batch's episodes are split over its data axes.
+    """
+    rep = sharding.replicated(mesh)
+
+    @functools.partial(jax.jit, out_shardings=(rep, rep, rep))
+    def sft_step(params, opt_state, batch):
+        batch = sharding.shard_batch(batch, mesh)
+        grads, metrics = jax.grad(nll_loss, has_aux=True)(params, graphdef, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        return optax.apply_updates(params, updates), opt_state, metrics
+
+    return sft_step
+
+
+def init_opt_state(optimizer: optax.GradientTransformation, params, mesh: jax.sharding.Mesh):
+    """The optimizer state for `params`, replicated on `mesh` like the step's outputs."""
+    return jax.device_put(optimizer.init(params), sharding.replicated(mesh))
+
+
+def batches(demos: Demos, batch_size: int, key: jax.Array, step: int) -> Demos:
+    """Minibatch `step`: episodes drawn without replacement within each pass over the data.
+
+    Args:
+      demos: N episodes.
+      batch_size: episodes per minibatch (at most N).
+      key: the run's SFT key; pass `p = step * batch_size // N` uses `fold_in(key, p)`.
+      step: the minibatch index.
+    """
+    n = demos.tokens.shape[0]
+    per_pass = n // batch_size
+    pass_id, slot = divmod(step, per_pass)
+    perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, pass_id), n))
+    idx = perm[slot * batch_size : (slot + 1) * batch_size]
+    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[idx]), demos)
+
+
+def save_params(directory: str, params: Any, step: int, config_json: str, compat_keys) -> None:
+    """Atomically save policy parameters to `directory/params` (with the run's config)."""
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(directory, PARAMS_DIR), config_json=config_json, compat_keys=compat_keys
+    )
+    ckpt.save(step, params, force=True)
+    ckpt.close()
+
+
+def load_params(directory: str, abstract_params: Any, config_json: str, compat_keys) -> Any:
+    """Restore the newest parameters saved by `save_params` onto `abstract_params`.
+
+    Args:
+      directory: an SFT workdir (holding `params/`) or its `params/` folder itself.
+      abstract_params: target shapes, dtypes and shardings (e.g. the RL state's params).
+      config_json: the RL run's config; fields in `compat_keys` must match the stored one.
+      compat_keys: dotted config fields that must agree (environment and model).
+
+    Raises:
+      FileNotFoundError: no saved parameters there.
+      ValueError: an incompatible config or parameter tree (names the fields or tensors).
+    """
+    path = directory
+    if os.path.isdir(os.path.join(directory, PARAMS_DIR)):
+        path = os.path.join(directory, PARAMS_DIR)
+    if not os.path.isfile(os.path.join(path, checkpoint_lib.CONFIG_NAME)):
+        raise FileNotFoundError(
+            f"init.params={directory!r} holds no saved parameters (expected a directory "
+            f"written by scripts/sft.py, with {PARAMS_DIR}/{checkpoint_lib.CONFIG_NAME})"
+        )
+    ckpt = checkpoint_lib.Checkpointer(path, config_json=config_json, compat_keys=compat_keys)
+    try:
+        return ckpt.restore(None, abstract_params)
+    finally:
+        ckpt.close()
+
+
+def make_optimizer(cfg: SFTConfig) -> optax.GradientTransformation:
+    return state_lib.make_optimizer(lr=cfg.lr, grad_clip=cfg.grad_clip)

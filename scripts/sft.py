@@ -1,0 +1,135 @@
+"""Behaviour cloning on oracle demonstrations: the warm start before RL.
+
+  python scripts/sft.py --config=configs/maze.py --workdir=runs/maze_sft
+  python scripts/train.py --config=configs/maze.py --workdir=runs/maze_rl \
+      --config.init.params=runs/maze_sft
+
+Uses the same config as the RL run (so the environment, vocabulary and model agree) and its
+`sft` section: `num_demos` oracle episodes on training tasks, `keep` ("success" or "all"),
+`steps`, `batch_size`, `lr`. Writes `<workdir>/params/` (the parameters RL starts from),
+`metrics.jsonl`, TensorBoard events, `curves.png` and `summary.json`, and prints the held-out
+success of the cloned policy before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def run(config, workdir: str, quiet: bool = False) -> dict:
+    """Collect demonstrations, clone them, evaluate, save; returns the summary dict."""
+    import jax
+    import numpy as np
+    import tqdm
+
+    from rl4agents import config_utils
+    from rl4agents.rollout import rollout as rollout_lib
+    from rl4agents.train import experiment, loop, sft, writers
+
+    c = config.sft
+    config_utils.check_choice("sft.keep", c.keep, ("success", "all"))
+    for field in ("num_demos", "steps", "batch_size"):
+        if c[field] < 1:
+            raise ValueError(f"sft.{field}={c[field]}; allowed: >= 1")
+    exp = experiment.build(config)
+    root = jax.random.fold_in(exp.root_key(), 7)  # SFT's own stream, apart from RL's
+    t0 = time.perf_counter()
+    lay = rollout_lib.make_layout(exp.env, exp.step_cfg.rollout)
+    env_params = exp.env.default_params("train")
+    task_keys = jax.random.split(jax.random.fold_in(root, 0), c.num_demos)
+    demos = sft.collect_demos(exp.env, env_params, task_keys, lay, jax.random.fold_in(root, 1))
+    oracle_success = float(np.mean(demos.success))
+    if c.keep == "success":
+        demos = demos.select(np.asarray(demos.success))
+    n = demos.tokens.shape[0]
+    if n < c.batch_size:
+        raise ValueError(
+            f"only {n} demonstrations kept (oracle success {oracle_success:.3f} over "
+            f"{c.num_demos} tasks, sft.keep={c.keep!r}); allowed: sft.batch_size <= {n}, "
+            "or raise sft.num_demos"
+        )
+    collect_s = time.perf_counter() - t0
+    state = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1))
+    before = loop.evaluate(exp, state.params, "test", config.train.eval_tasks)
+    scfg = sft.SFTConfig(steps=c.steps, batch_size=c.batch_size, lr=c.lr)
+    opt = sft.make_optimizer(scfg)
+    step_fn = sft.make_step(exp.step_cfg.graphdef, opt, exp.mesh)
+    params, opt_state = state.params, sft.init_opt_state(opt, state.params, exp.mesh)
+    writer = writers.MetricWriter(workdir, resume_step=0)
+    first = last = None
+    for i in tqdm.trange(c.steps, disable=quiet, unit="step", desc="sft"):
+        batch = sft.batches(demos, c.batch_size, jax.random.fold_in(root, 2), i)
+        params, opt_state, m = step_fn(params, opt_state, batch)
+        if i % 10 == 0 or i == c.steps - 1:
+            m = {k: float(v) for k, v in jax.device_get(m).items()}
+            first = first or m
+            last = m
+            writer.write(i + 1, m, prefix="sft", wall_time=time.perf_counter() - t0)
+    after = {s: loop.evaluate(exp, params, s, config.train.eval_tasks) for s in ("test", "ood")}
+    writer.write(c.steps, after["test"], prefix="eval_test", wall_time=time.perf_counter() - t0)
+    writer.close()
+    sft.save_params(workdir, params, c.steps, exp.config_json, experiment.INIT_COMPAT_KEYS)
+    writers.plot_curves(
+        os.path.join(workdir, writers.METRICS_NAME),
+        os.path.join(workdir, "curves.png"),
+        ["sft/nll"],
+        title=f"SFT {config.env.name}",
+    )
+    summary = {
+        "env": config.env.name,
+        "demos": c.num_demos,
+        "oracle_success": oracle_success,
+        "kept": int(n),
+        "mean_turns": float(np.mean(demos.num_turns)),
+        "nll_first": first["nll"],
+        "nll_last": last["nll"],
+        "collect_s": round(collect_s, 1),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "before_test_greedy_success": before["greedy_success"],
+        "test": after["test"],
+        "ood": after["ood"],
+        "params": os.path.join(workdir, sft.PARAMS_DIR),
+    }
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if not quiet:
+        rows = [
+            {"split": s, **{k: after[s][k] for k in ("greedy_success", "sampled_success")}}
+            for s in ("test", "ood")
+        ]
+        print(
+            f"\noracle: {oracle_success:.3f} success on {c.num_demos} training tasks; "
+            f"cloned {n} episodes ({summary['mean_turns']:.1f} turns) for {c.steps} steps; "
+            f"action-token NLL {first['nll']:.3f} -> {last['nll']:.3f}"
+        )
+        print(f"held-out greedy success before SFT: {before['greedy_success']:.3f}; after:")
+        print(writers.format_table(rows))
+        print(f"parameters: {summary['params']}  (RL: --config.init.params={workdir})")
+    return summary
+
+
+def main(argv):
+    logging.set_verbosity(logging.WARNING)
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        run(_CONFIG.value, _WORKDIR.value)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main)
