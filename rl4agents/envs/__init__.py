@@ -1,8 +1,14 @@
 """Built-in environments; importing this package registers each of them by name."""
 
-from rl4agents.envs import (
-    frozen_lake,  # noqa: F401 (registers "frozen_lake")
-    sokoban,  # noqa: F401 (registers "sokoban")
+from rl4agents.envs import (  # noqa: F401 (each module registers its environment by name)
+    countdown,
+    frozen_lake,
+    household,
+    maze,
+    search_qa,
+    sokoban,
+    two_agent,
+    wordle,
 )
 from rl4agents.envs.registry import make, names, register
 
