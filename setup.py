@@ -23,5 +23,18 @@ setup(
         "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
         "matplotlib>=3.8",  # learning-curve PNGs
     ],
-    extras_require={"dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6"]},
+    extras_require={
+        "dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6"],
+        # rl4agents.envs.host.TextArenaEnv: TextArena's text games (tests skip without it)
+        "host": ["textarena>=0.7.4"],
+        # rl4agents.models.hf / hf_tokenizer: local Llama/Qwen checkpoints and tokenizers;
+        # torch (CPU wheel, pinned exactly) and transformers build and reload models in tests.
+        "hf": [
+            "torch==2.13.0",
+            "transformers>=5.0",
+            "safetensors>=0.8",
+            "tokenizers>=0.23",
+            "jinja2>=3.1.6",
+        ],
+    },
 )

@@ -30,6 +30,9 @@ class ModelConfig:
     head_dim: int = 16
     d_ff: int = 192
     rope_theta: float = 10000.0
+    # Llama 3 RoPE frequency scaling, (factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings); None = plain RoPE.
+    rope_scaling: tuple[float, float, float, float] | None = None
     norm_eps: float = 1e-6
     qkv_bias: bool = False  # Qwen2
     qk_norm: bool = False  # Qwen3
@@ -140,10 +143,26 @@ class RMSNorm(nnx.Module):
         return (xf * self.scale[...].astype(jnp.float32)).astype(x.dtype)
 
 
-def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotary embedding (half-split convention of Llama/Qwen in HF). x: [B, S, H, hd]."""
+def rope(
+    x: jax.Array,
+    positions: jax.Array,
+    theta: float,
+    scaling: tuple[float, float, float, float] | None = None,
+) -> jax.Array:
+    """Rotary embedding (half-split convention of Llama/Qwen in HF). x: [B, S, H, hd].
+
+    `scaling` = (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
+    applies Llama 3's frequency scaling (HF `rope_type="llama3"`).
+    """
     hd = x.shape[-1]
     freq = theta ** (-jnp.arange(0, hd, 2, dtype=jnp.float32) / hd)  # [hd/2]
+    if scaling is not None:
+        factor, low, high, old_len = scaling
+        wavelen = 2 * jnp.pi / freq
+        scaled = jnp.where(wavelen > old_len / low, freq / factor, freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        freq = jnp.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
     angles = positions.astype(jnp.float32)[..., None] * freq  # [B, S, hd/2]
     cos = jnp.cos(angles)[:, :, None, :]
     sin = jnp.sin(angles)[:, :, None, :]
@@ -185,8 +204,8 @@ class Attention(nnx.Module):
         v = self.v_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = rope(q, positions, cfg.rope_theta)
-        k = rope(k, positions, cfg.rope_theta)
+        q = rope(q, positions, cfg.rope_theta, cfg.rope_scaling)
+        k = rope(k, positions, cfg.rope_theta, cfg.rope_scaling)
         # Keys/values are kept head-major, [B, KV, T, hd], so attention reads the cache
         # without transposing it on every decode step.
         k = jnp.swapaxes(k, 1, 2)
