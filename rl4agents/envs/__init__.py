@@ -7,7 +7,9 @@ from rl4agents.envs import (  # noqa: F401 (each module registers its environmen
     maze,
     search_qa,
     sokoban,
+    terminal,
     two_agent,
+    web_shop,
     wordle,
 )
 from rl4agents.envs.registry import make, names, register
