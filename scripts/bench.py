@@ -119,6 +119,28 @@ def bench_default(args) -> dict:
     return out
 
 
+def bench_meshes(args) -> dict:
+    """The config's train step on each mesh of `--meshes`, timed in one run, with ratios."""
+    config = load_config(args.config, args.quick)
+    shapes = [tuple(int(x) for x in m.split("x")) for m in args.meshes.split(",")]
+    out = {}
+    for shape in shapes:
+        n = int(np.prod(shape))
+        mesh = sharding.make_mesh(("data", "fsdp", "tensor"), shape, devices=jax.devices()[:n])
+        exp = experiment_lib.build(config, mesh=mesh)
+        log(f"train step on mesh {shape} ({n} devices): compile + steady state")
+        timing, _ = jobs.time_train_step(exp, args.repeats)
+        out["x".join(map(str, shape))] = timing.as_dict()
+        log(f"  first {timing.first_s:.2f} s, median {timing.median:.4f} s")
+    base = next(iter(out))
+    rows = [
+        [name, _fmt_s(t), f"{t['first_s']:.1f}", f"{out[base]['median_s'] / t['median_s']:.2f}x"]
+        for name, t in out.items()
+    ]
+    print(_table(["mesh", "train step s, median (min-max)", "compile s", f"speed vs {base}"], rows))
+    return out
+
+
 def bench_seeds(args) -> dict:
     """S seeds of one config: one vmapped train step vs S separate steps, interleaved."""
     config = load_config(args.config, args.quick)
@@ -556,6 +578,12 @@ def main(argv=None) -> int:
         default=0,
         help="time S seeds as one vmapped train step against S separate steps (--config)",
     )
+    ap.add_argument(
+        "--meshes",
+        default="",
+        help="time the --config train step on each mesh, e.g. 1x1x1,8x1x1 (data x fsdp x "
+        "tensor); simulate devices with XLA_FLAGS=--xla_force_host_platform_device_count=8",
+    )
     ap.add_argument("--peer-timeout", type=float, default=900.0, help="seconds per peer run")
     ap.add_argument(
         "--peer-threads",
@@ -576,6 +604,12 @@ def main(argv=None) -> int:
     if args.vs_peers:
         mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
         res["vs_peers"] = bench_vs_peers(args, mesh)
+    elif args.meshes:
+        res["meshes"] = bench_meshes(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=2)
+        return 0
     elif args.seeds:
         res["seeds"] = bench_seeds(args)
         print(json.dumps(res["seeds"], indent=2))

@@ -127,7 +127,8 @@ def make_experiment(
     step_cfg: step_lib.StepConfig, model_cfg: policy_lib.ModelConfig, mesh
 ) -> experiment_lib.Experiment:
     """An `Experiment` around a hand-built `StepConfig`, jitted exactly as `build` does."""
-    train_step = experiment_lib.jit_train_step(step_cfg, mesh)
+    state_sh = experiment_lib.state_shardings(model_cfg, step_cfg, mesh)
+    train_step = experiment_lib.jit_train_step(step_cfg, mesh, state_sh)
     return experiment_lib.Experiment(None, step_cfg.env, model_cfg, step_cfg, mesh, train_step)
 
 

@@ -69,24 +69,27 @@ class Experiment:
     def config_json(self) -> str:
         return self.config.to_json_best_effort(sort_keys=True, indent=2)
 
+    @functools.cached_property
+    def state_shardings(self) -> state_lib.TrainState:
+        """NamedShardings of the training state on the mesh (`sharding.tree_shardings`)."""
+        return state_shardings(self.model_cfg, self.step_cfg, self.mesh)
+
     def init_state(self, key: jax.Array) -> state_lib.TrainState:
-        """Fresh parameters, optimizer state and (when KL is on) the frozen reference copy."""
-        model = policy_lib.Policy(self.model_cfg, nnx.Rngs(key))
-        _, params = nnx.split(model)
-        # A separate copy: the train step donates its state, and a buffer cannot be donated twice.
-        ref = jax.tree.map(jnp.copy, params) if self.step_cfg.loss.kl_coef > 0 else None
-        state = state_lib.TrainState(
-            step=jnp.zeros((), jnp.int32),
-            params=params,
-            opt_state=self.step_cfg.optimizer.init(params),
-            ref_params=ref,
-        )
-        return jax.device_put(state, sharding.replicated(self.mesh))
+        """Fresh parameters, optimizer state and (when KL is on) the frozen reference copy,
+        created directly in their shardings (no device holds a full copy on the way)."""
+        make = functools.partial(make_state, self.model_cfg, self.step_cfg)
+        return jax.jit(make, out_shardings=self.state_shardings)(key)
 
     def abstract_state(self) -> state_lib.TrainState:
-        shapes = jax.eval_shape(self.init_state, jax.random.key(0))
-        rep = sharding.replicated(self.mesh)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=rep), shapes)
+        """Shapes, dtypes and shardings of the training state (a restore target)."""
+        shapes = jax.eval_shape(
+            functools.partial(make_state, self.model_cfg, self.step_cfg), jax.random.key(0)
+        )
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            shapes,
+            self.state_shardings,
+        )
 
     def root_key(self) -> jax.Array:
         return jax.random.key(self.config.seed)
@@ -125,6 +128,30 @@ class Experiment:
 
             self._eval_fns[cache_key] = jax.jit(run)
         return self._eval_fns[cache_key]
+
+
+def make_state(
+    model_cfg: policy_lib.ModelConfig, step_cfg: step_lib.StepConfig, key: jax.Array
+) -> state_lib.TrainState:
+    """A fresh training state (pure; jit it with `out_shardings` to create it sharded)."""
+    model = policy_lib.Policy(model_cfg, nnx.Rngs(key))
+    _, params = nnx.split(model)
+    # A separate copy: the train step donates its state, and a buffer cannot be donated twice.
+    ref = jax.tree.map(jnp.copy, params) if step_cfg.loss.kl_coef > 0 else None
+    return state_lib.TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=step_cfg.optimizer.init(params),
+        ref_params=ref,
+    )
+
+
+def state_shardings(
+    model_cfg: policy_lib.ModelConfig, step_cfg: step_lib.StepConfig, mesh
+) -> state_lib.TrainState:
+    """The training state's NamedShardings under the logical-axis rules of `sharding`."""
+    shapes = jax.eval_shape(functools.partial(make_state, model_cfg, step_cfg), jax.random.key(0))
+    return sharding.tree_shardings(shapes, mesh)
 
 
 def check_batch(batch: int, group: int, mesh, field: str) -> None:
@@ -308,16 +335,18 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
                 f"{shaping_cfg.overlong_per} length of {limit} action tokens; "
                 f"allowed: 0 (off) or 1..{limit}"
             )
-    return Experiment(c, env, model_cfg, step_cfg, mesh, jit_train_step(step_cfg, mesh))
+    state_sh = state_shardings(model_cfg, step_cfg, mesh)
+    return Experiment(c, env, model_cfg, step_cfg, mesh, jit_train_step(step_cfg, mesh, state_sh))
 
 
-def jit_train_step(step_cfg: step_lib.StepConfig, mesh):
-    """`train_step` jitted over `mesh`: replicated state and key, the state donated."""
+def jit_train_step(step_cfg: step_lib.StepConfig, mesh, state_sh):
+    """`train_step` jitted over `mesh`: the state in `state_sh` (`state_shardings`), key and
+    metrics replicated, the state donated."""
     rep = sharding.replicated(mesh)
     return jax.jit(
         functools.partial(step_lib.train_step, cfg=step_cfg),
-        in_shardings=(rep, rep),
-        out_shardings=(rep, rep),
+        in_shardings=(state_sh, rep),
+        out_shardings=(state_sh, rep),
         donate_argnums=(0,),
     )
 

@@ -16,7 +16,6 @@ demonstrated action tokens under the teacher-forced policy (`rollout.score`), an
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Any
 
@@ -182,12 +181,20 @@ class SFTConfig:
 def make_step(graphdef, optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh):
     """A jitted `(params, opt_state, batch) -> (params, opt_state, metrics)` SFT update.
 
-    Parameters and optimizer state stay replicated on `mesh` (so the step compiles once);
-    the batch's episodes are split over its data axes.
+    Parameters and optimizer state keep the shardings of the logical-axis rules
+    (`sharding.tree_shardings`, as in RL training) so the step compiles once; the batch's
+    episodes are split over the mesh's batch axes.
     """
     rep = sharding.replicated(mesh)
 
-    @functools.partial(jax.jit, out_shardings=(rep, rep, rep))
+    def out_shardings(params, opt_state, batch):
+        del batch
+        return (
+            sharding.tree_shardings(params, mesh),
+            sharding.tree_shardings(opt_state, mesh),
+            rep,
+        )
+
     def sft_step(params, opt_state, batch):
         batch = sharding.shard_batch(batch, mesh)
         grads, metrics = jax.grad(nll_loss, has_aux=True)(params, graphdef, batch)
@@ -195,12 +202,22 @@ def make_step(graphdef, optimizer: optax.GradientTransformation, mesh: jax.shard
         metrics["grad_norm"] = optax.tree.norm(grads)
         return optax.apply_updates(params, updates), opt_state, metrics
 
-    return sft_step
+    compiled = {}
+
+    def step(params, opt_state, batch):
+        if "fn" not in compiled:  # the output shardings follow the state's structure
+            shapes = jax.eval_shape(lambda: (params, opt_state, batch))
+            compiled["fn"] = jax.jit(sft_step, out_shardings=out_shardings(*shapes))
+        return compiled["fn"](params, opt_state, batch)
+
+    step.jitted = compiled
+    return step
 
 
 def init_opt_state(optimizer: optax.GradientTransformation, params, mesh: jax.sharding.Mesh):
-    """The optimizer state for `params`, replicated on `mesh` like the step's outputs."""
-    return jax.device_put(optimizer.init(params), sharding.replicated(mesh))
+    """The optimizer state for `params`, in the shardings the SFT step keeps it in."""
+    shapes = jax.eval_shape(optimizer.init, params)
+    return jax.jit(optimizer.init, out_shardings=sharding.tree_shardings(shapes, mesh))(params)
 
 
 def batches(demos: Demos, batch_size: int, key: jax.Array, step: int) -> Demos:

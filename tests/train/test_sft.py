@@ -92,7 +92,7 @@ def test_sft__clones_the_oracle_and_rl_starts_from_it(setup, tmp_path):
         batch = sft.batches(demos, 8, jax.random.key(1), i)
         params, opt_state, m = step(params, opt_state, batch)
         nll.append(float(m["nll"]))
-    assert step._cache_size() == 1
+    assert step.jitted["fn"]._cache_size() == 1
     # From ~log(vocab) per action token to a near-deterministic copy of the oracle.
     assert nll[0] > 1.0 and np.mean(nll[-10:]) < 0.15, nll
     before = loop.evaluate(exp, state.params, "train", 8)["greedy_success"]
