@@ -374,9 +374,15 @@ ShardingFn = Callable[[str, tuple[int, ...]], jax.sharding.Sharding | None]
 def _placement(mesh, shardings: ShardingFn | None) -> ShardingFn:
     if shardings is not None:
         return shardings
-    if mesh is not None:
-        rep = sharding_lib.replicated(mesh)  # parameters are data-parallel (replicated) here
-        return lambda path, shape: rep
+    if mesh is not None:  # the logical-axis rules of rl4agents.sharding, as in training
+
+        def place(path: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
+            axes = sharding_lib.logical_axes(path.replace(".", "/"))
+            if axes is None:
+                raise ValueError(f"no sharding rule for parameter {path!r}")
+            return jax.sharding.NamedSharding(mesh, sharding_lib.logical_spec(axes, shape, mesh))
+
+        return place
     return lambda path, shape: None  # the default device, uncommitted (as jnp arrays are)
 
 
@@ -412,8 +418,9 @@ def load_pretrained(
         with `model.safetensors.index.json`).
       dtype: "float32" or "bfloat16": parameter and compute dtype (checkpoint tensors of any
         float dtype are cast).
-      mesh: if given, every parameter is placed with `NamedSharding` on it (replicated, the
-        data-parallel layout of `rl4agents.sharding`) unless `shardings` says otherwise.
+      mesh: if given, every parameter is placed straight into its `NamedSharding` on it under
+        the logical-axis rules of `rl4agents.sharding` (as training shards it), one tensor at
+        a time, unless `shardings` says otherwise.
       shardings: optional `(param_path, shape) -> Sharding`, param_path like
         "model.layers.0.attn.q_proj.kernel" and shape in our layout; overrides the default.
       check_tokenizer: if the folder has `tokenizer.json`, check that its vocabulary and

@@ -185,6 +185,19 @@ def test_load_pretrained__places_params_on_mesh_and_value_heads(saved):
         hf.load_pretrained(folder, d_model=32)
 
 
+def test_load_pretrained__default_placement_follows_the_training_rules(saved):
+    folder, ref, _ = saved["qwen3"]
+    mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (2, 2, 2))
+    policy, _ = hf.load_pretrained(folder, mesh=mesh)
+    state = nnx.split(policy)[1]
+    want = sharding.tree_shardings(state, mesh)
+    got = jax.tree.map(lambda x: x.sharding, state)
+    assert jax.tree.leaves(got) == jax.tree.leaves(want)
+    q = state["model"]["layers"][0]["attn"]["q_proj"]["kernel"][...]
+    assert q.sharding.spec == P("fsdp", "tensor")
+    assert np.abs(_forward(policy, _prompt().numpy()) - ref).max() < 1e-4
+
+
 def _copy(folder, tmp_path, edit_config=None, edit_tensors=None):
     dst = tmp_path / "edited"
     shutil.copytree(folder, dst)
