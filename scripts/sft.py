@@ -69,7 +69,8 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     params, opt_state = state.params, sft.init_opt_state(opt, state.params, exp.mesh)
     writer = writers.MetricWriter(workdir, resume_step=0)
     first = last = None
-    for i in tqdm.trange(c.steps, disable=quiet, unit="step", desc="sft"):
+    bar_off = quiet or not config.log.progress
+    for i in tqdm.trange(c.steps, disable=bar_off, unit="step", desc="sft"):
         batch = sft.batches(demos, c.batch_size, jax.random.fold_in(root, 2), i)
         params, opt_state, m = step_fn(params, opt_state, batch)
         if i % 10 == 0 or i == c.steps - 1:
