@@ -8,9 +8,10 @@ split: the success of a uniformly random valid policy, of the degenerate probes 
 turn, the best single action repeated every turn), and of the oracle run closed-loop; env steps
 per second (jitted, vmapped, 1024 episodes of random valid actions, this machine); and with
 `--train`, success after a short `scripts/sft.py` warm start on oracle demonstrations and after
-GRPO from it (`scripts/train.py --config.init.params=...`), run in runs/envs/<env>/ (finished
-runs are reused). Writes table.md, table.csv and examples.md (one oracle episode per
-environment, as the policy reads it) to --out.
+GRPO from it (`scripts/train.py --config.init.params=...`, fine-tuning settings: learning rate
+--rl_lr, entropy bonus --rl_entropy), run in runs/envs/<env>/ (finished runs are reused).
+Writes table.md, table.csv and examples.md (one oracle episode per environment, as the policy
+reads it) to --out.
 """
 
 from __future__ import annotations
@@ -28,17 +29,17 @@ import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX start
 from absl import app, flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVS = (
+ENVS = (  # cheapest first
     "frozen_lake",
-    "sokoban",
     "maze",
-    "wordle",
-    "countdown",
-    "search_qa",
-    "terminal",
-    "web_shop",
-    "household",
     "two_agent",
+    "countdown",
+    "wordle",
+    "sokoban",
+    "search_qa",
+    "web_shop",
+    "terminal",
+    "household",
 )
 
 _OUT = flags.DEFINE_string("out", "experiments/results/envs", "Output directory.")
@@ -49,6 +50,9 @@ _RUNS = flags.DEFINE_string("runs", "runs/envs", "Where --train keeps its runs."
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 200, "SFT steps per environment.")
 _RL_STEPS = flags.DEFINE_integer("rl_steps", 40, "GRPO steps after SFT per environment.")
 _RL_MINUTES = flags.DEFINE_float("rl_minutes", 6.0, "Wall-time cap of each GRPO run.")
+_RL_LR = flags.DEFINE_float("rl_lr", 2e-4, "GRPO learning rate after SFT (fine-tuning).")
+_RL_ENTROPY = flags.DEFINE_float("rl_entropy", 0.0, "GRPO entropy bonus after SFT.")
+_EVAL_TASKS = flags.DEFINE_integer("eval_tasks", 64, "--train: held-out tasks per evaluation.")
 
 
 def _config(name: str):
@@ -65,7 +69,8 @@ def _train(name: str) -> dict:
     if not os.path.exists(os.path.join(sft_dir, "summary.json")):
         subprocess.run(
             [py, "scripts/sft.py", cfg, f"--workdir={sft_dir}",
-             f"--config.sft.steps={_SFT_STEPS.value}", "--config.log.progress=False"],
+             f"--config.sft.steps={_SFT_STEPS.value}", "--config.log.progress=False",
+             f"--config.train.eval_tasks={_EVAL_TASKS.value}"],
             cwd=ROOT, check=True,
         )  # fmt: skip
     rl_summary = os.path.join(rl_dir, "summary.json")
@@ -75,7 +80,9 @@ def _train(name: str) -> dict:
             [py, "scripts/train.py", cfg, f"--workdir={rl_dir}",
              f"--config.init.params={sft_dir}", f"--config.train.num_steps={_RL_STEPS.value}",
              f"--config.train.max_minutes={_RL_MINUTES.value}",
-             f"--config.train.eval_every={_RL_STEPS.value}", "--config.log.progress=False"],
+             f"--config.train.eval_every={_RL_STEPS.value}", "--config.log.progress=False",
+             f"--config.optim.lr={_RL_LR.value}", f"--config.loss.entropy_coef={_RL_ENTROPY.value}",
+             f"--config.train.eval_tasks={_EVAL_TASKS.value}"],
             cwd=ROOT, check=True,
         )  # fmt: skip
     return {
