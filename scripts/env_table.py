@@ -46,6 +46,9 @@ _OUT = flags.DEFINE_string("out", "experiments/results/envs", "Output directory.
 _ENVS = flags.DEFINE_list("envs", ",".join(ENVS), "Environments (each needs configs/<env>.py).")
 _TASKS = flags.DEFINE_integer("tasks", 256, "Held-out tasks per split for baselines and oracle.")
 _TRAIN = flags.DEFINE_bool("train", False, "Also run SFT then GRPO per environment.")
+_REUSE_ONLY = flags.DEFINE_bool(
+    "reuse_only", False, "--train: report finished runs only; start none (others: 'not run')."
+)
 _RUNS = flags.DEFINE_string("runs", "runs/envs", "Where --train keeps its runs.")
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 200, "SFT steps per environment.")
 _RL_STEPS = flags.DEFINE_integer("rl_steps", 40, "GRPO steps after SFT per environment.")
@@ -60,9 +63,19 @@ def _config(name: str):
     return module.get_config()
 
 
-def _train(name: str) -> dict:
-    """SFT then GRPO for `name` in runs/envs/<name>/ (reused when finished)."""
+def _train(name: str) -> dict | None:
+    """SFT then GRPO for `name` in runs/envs/<name>/ (reused when finished).
+
+    With --reuse_only, None unless both runs have finished.
+    """
     base = os.path.join(ROOT, _RUNS.value, name)
+    if _REUSE_ONLY.value:
+        try:
+            rl = json.load(open(os.path.join(base, "rl", "summary.json")))
+            sft = json.load(open(os.path.join(base, "sft", "summary.json")))
+        except FileNotFoundError:
+            return None
+        return {"sft": sft, "rl": rl} if rl.get("finished") else None
     cfg = f"--config={os.path.join(ROOT, 'configs', name + '.py')}"
     sft_dir, rl_dir = os.path.join(base, "sft"), os.path.join(base, "rl")
     py = sys.executable
@@ -154,6 +167,11 @@ def main(argv):
         row, example = _measure(name, _TASKS.value)
         if _TRAIN.value:
             res = _train(name)
+            if res is None:
+                row["grpo_steps"] = "not run"
+                rows.append(row)
+                examples.append((name, example))
+                continue
             for split in ("test", "ood"):
                 row[f"{split}_sft"] = res["sft"][split]["greedy_success"]
                 row[f"{split}_sft_grpo"] = res["rl"][f"eval_{split}"]["greedy_success"]
