@@ -28,6 +28,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.model = ml_collections.ConfigDict()
     c.model.preset = "tiny"  # see rl4agents.models.policy.PRESETS
+    # A local Llama/Qwen2/Qwen3 safetensors folder (with tokenizer.json): its architecture,
+    # weights and tokenizer replace the preset and the built-in vocabulary ("" = none).
+    c.model.checkpoint = ""
     c.model.value_head = "none"  # "none" | "shared" | "separate"
     c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
     c.model.param_dtype = "float32"
@@ -93,6 +96,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mesh.axes = ("data", "fsdp", "tensor")
     c.mesh.shape = (-1, 1, 1)  # -1 = all remaining devices
     c.mesh.axis_types = "auto"  # "auto" | "explicit"
+    # GiB per device for the start-up memory check (rl4agents.memory); 0 = what the runtime
+    # reports (GPU/TPU), else no check (CPU).
+    c.mesh.device_memory_gb = 0.0
+
+    # Multi-process runs (rl4agents.distributed, docs/multihost.md). Defaults: started from the
+    # cluster environment (SLURM, Open MPI, Cloud TPU) when there is one, else one process.
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.coordinator = ""  # "host:port" of process 0; "" = environment; "auto" = JAX
+    c.distributed.num_processes = 0  # 0 = from the environment
+    c.distributed.process_id = -1  # -1 = from the environment
 
     c.train = ml_collections.ConfigDict()
     c.train.num_steps = 300

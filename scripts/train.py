@@ -5,6 +5,13 @@
       --config.optim.lr=3e-4
 
 Resumes automatically from the workdir's latest checkpoint.
+
+Multi-process (multi-host) runs start one copy per process; `jax.distributed` starts from the
+cluster environment (SLURM, Open MPI, Cloud TPU) or from --config.distributed.* (docs/multihost.md):
+
+  python scripts/train.py --config=configs/frozen_lake.py --workdir=runs/fl \
+      --config.distributed.coordinator=host0:12345 --config.distributed.num_processes=2 \
+      --config.distributed.process_id=0    # and process_id=1 on the second host
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX start
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from rl4agents import distributed  # noqa: E402
 from rl4agents.train import loop  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
@@ -28,8 +36,15 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
     try:
-        loop.run(_CONFIG.value, _WORKDIR.value)
+        # Before any JAX backend use: the processes must meet before devices are listed.
+        distributed.initialize(
+            config.distributed.coordinator,
+            config.distributed.num_processes,
+            config.distributed.process_id,
+        )
+        loop.run(config, _WORKDIR.value)
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

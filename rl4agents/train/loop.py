@@ -2,6 +2,12 @@
 
 This is the one library module that does I/O. Everything numeric happens in the jitted train
 step; the loop fetches one small dict of scalars per iteration.
+
+Multi-process runs (`rl4agents.distributed`): every process runs this loop and every jitted
+program (train step, evaluation) over the global mesh; checkpoints are saved and restored by
+all processes together (Orbax coordinates them and writes from process 0); metrics, the
+progress bar, prints, plots and summary.json come from process 0 only. Decisions to stop early
+(SIGTERM, wall-time budget) are taken by all processes together.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import ml_collections
 import tqdm
 
 from rl4agents import checkpoint as checkpoint_lib
+from rl4agents import distributed, memory
 from rl4agents.train import experiment as experiment_lib
 from rl4agents.train import sft as sft_lib
 from rl4agents.train import writers
@@ -29,7 +36,8 @@ def evaluate(exp: experiment_lib.Experiment, params, split: str, num_tasks: int)
     """Greedy and sampled evaluation on `num_tasks` fixed tasks of `split`."""
     out = {}
     for mode, greedy in (("greedy", True), ("sampled", False)):
-        m = jax.device_get(
+        # A collective program on every process; `to_host` reads its global outputs.
+        m = distributed.to_host(
             exp.eval_fn(split, greedy, num_tasks)(params, exp.config.train.eval_seed)
         )
         out.update({f"{mode}_{k}": float(m[k]) for k in EVAL_KEYS})
@@ -74,13 +82,27 @@ def run(
       stop_after: stop (with a checkpoint) after this many steps in this call; for tests of
         interruption and resume.
       mesh: optional mesh overriding config.mesh.
-      quiet: no progress bar and no printed summary.
+      quiet: no progress bar and no printed summary (always so on processes other than 0).
 
     Returns:
-      The summary dict (also written to workdir/summary.json).
+      The summary dict (also written to workdir/summary.json by process 0).
+
+    Raises:
+      ValueError: an invalid config, or one whose estimated memory per device exceeds the
+        device memory (`memory.check_fits`), before anything is allocated.
     """
     exp = experiment_lib.build(config, mesh=mesh)
     c = exp.config
+    memory.check_fits(
+        c,
+        exp.mesh.size,
+        memory.device_memory(c),
+        mesh_shape=dict(exp.mesh.shape),
+        env=exp.env,
+        model_cfg=exp.model_cfg,
+    )
+    main = distributed.is_main()
+    quiet = quiet or not main
     os.makedirs(workdir, exist_ok=True)
     ckpt = checkpoint_lib.Checkpointer(
         os.path.join(workdir, "checkpoints"),
@@ -93,13 +115,17 @@ def run(
         state, start = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1)), 0
         if c.init.params:
             state = _warm_start(exp, state, c.init.params)
+        elif c.model.get("checkpoint", ""):  # a pretrained model (scale-out, real checkpoints)
+            params = exp.pretrained_params()
+            ref = None if state.ref_params is None else jax.tree.map(jnp.copy, params)
+            state = state.replace(params=params, ref_params=ref)
     else:
         state = ckpt.restore(start, exp.abstract_state())
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
     wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=0.0)
     # Rows after the checkpointed step are redone by this run; drop them first.
-    writer = writers.MetricWriter(workdir, resume_step=start + 1)
+    writer = writers.MetricWriter(workdir, enabled=main, resume_step=start + 1)
     root = exp.root_key()
     t0 = time.perf_counter() - wall_offset
     milestones = _milestones(previous)
@@ -121,7 +147,7 @@ def run(
             while step < num_steps:
                 t_step = time.perf_counter()
                 state, metrics = exp.train_step(state, root)
-                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                metrics = {k: float(v) for k, v in distributed.to_host(metrics).items()}
                 if compile_s is None:
                     compile_s = time.perf_counter() - t_step
                 step += 1
@@ -145,11 +171,13 @@ def run(
                         )
                 if step % c.checkpoint.every == 0:
                     ckpt.save(step, state)
-                out_of_time = c.train.max_minutes and wall > 60 * c.train.max_minutes
+                out_of_time = bool(c.train.max_minutes and wall > 60 * c.train.max_minutes)
+                # Every process leaves at the same step (a collective with several processes).
+                out_of_time, stop_requested = distributed.any_process([out_of_time, stop.requested])
                 # Reaching num_steps or the wall-time budget ends the run (final evaluation).
-                finished = step >= num_steps or bool(out_of_time)
+                finished = step >= num_steps or out_of_time
                 if (
-                    stop.requested
+                    stop_requested
                     or out_of_time
                     or (stop_after is not None and step - start >= stop_after)
                 ):
@@ -233,6 +261,9 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
                     },
                 }
             )
+    if not distributed.is_main():  # evaluated above with everyone; files come from process 0
+        summary["checkpoints"] = os.path.join(workdir, "checkpoints")
+        return summary
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     png = os.path.join(workdir, "curves.png")
     keys = [k for k in c.log.plot_keys]

@@ -1,0 +1,524 @@
+"""A start-up estimate of per-device memory, computed from the config alone.
+
+`estimate(config, mesh_shape)` adds up, per device, what a train step keeps alive (bytes):
+
+  resident, for the whole run:
+    parameters        sum over parameter arrays of size / (mesh axes it is split over) x p
+    optimizer         2 x parameters: AdamW's two moments, in the parameter dtype (optax's
+                      default; `state.make_optimizer` keeps no f32 master copy, and global-norm
+                      clipping keeps no state)
+    reference         1 x parameters when loss.kl_coef > 0 (the frozen KL reference)
+    episode arrays    24 x B x T x 4 / D_b: trajectory, batch and advantage arrays, [B, T] each
+  transient, one phase at a time (the peak is resident + the largest phase):
+    rollout           KV cache: layers x 2 x B x T_kv x kv_heads x head_dim x c / D_b, plus one
+                      prefill chunk of S tokens: B x S x (V x 4 + a(T_kv)) / D_b
+    scoring           the forward-only passes over the whole batch (reference log-probs, old
+                      values, learner log-probs for TIS), when any is on:
+                      N x L x (3 x V x 4 + a(L)) / D_b
+    update            gradients (1 x parameters) + activations + logits of one minibatch of
+                      n = N / train.minibatches rows:
+                        no remat: n x L x (layers x a(L) + 2 x d_model x c) x trunks / D_b
+                        remat:    n x L x ((layers + 2) x d_model x c + a(L)) x trunks / D_b
+                        logits:   3 x n x L x V x 4 / D_b (logits, log-softmax, its gradient)
+    evaluation        the rollout terms with train.eval_tasks episodes
+
+  a(Tk) = 4 x (4 d_model + 3 heads x head_dim + 2 kv_heads x head_dim + 4 d_ff)
+          + 8 x (heads + kv_heads) x head_dim + 8 x d_model + (8 + c) x heads x Tk
+  is the bytes one layer keeps per token for the backward pass: the normalised inputs, q/k/v,
+  the attention output and the MLP's four d_ff-wide tensors (counted at 4 bytes: the norms and
+  RoPE compute in f32, and projections with f32 parameters return f32), f32 copies of q/k
+  around RoPE and of the norms' inputs, and over the Tk keys two f32 score tensors (before and
+  after masking/softmax) plus the compute-dtype probabilities. Fitted to XLA's own memory
+  analysis of the policy's backward pass on the CPU backend (per layer and token, f32: 21,406
+  bytes measured vs 21,920 here for the `small` preset over 190 slots, 31,487 vs 32,000 over
+  400, 32,090 vs 33,440 for `bench`; bf16 compute: 8-11% above the measurement).
+
+Symbols: p, c = bytes of model.param_dtype and model.dtype; V = vocabulary; B = num_tasks x
+group_size episodes of T = `rollout.make_layout(...).length` slots; the update trains on N rows
+of L slots (context="full": N = B, L = T minus the final observation block unless ECHO;
+"window": N = B x K step rows of L = `window_row_length`), the KV cache holds T_kv = T (or L)
+slots and the longest prefill chunk is S = max(prompt, observation) slots (or L - A); trunks =
+2 when a separate critic decoder runs in the loss; D_b = data x fsdp, the mesh axes the batch
+is split over (activations are not counted as split by `tensor`: an upper bound). Parameters,
+moments and the reference copy are split as `sharding.tree_shardings` places them (`embed` over
+fsdp; heads, MLP units and vocabulary over tensor; a dimension the axes do not divide stays
+whole). The `fully sharded` figure is the state split evenly over all devices, for comparison.
+
+This is an estimate: XLA fuses, rematerialises and reuses buffers in ways the formulas do not
+follow, and the runtime reserves memory of its own. It is meant to refuse configs that are
+clearly too large before anything is allocated, and to say which term dominates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import ml_collections
+
+from rl4agents import config_utils, credit, envs, sharding, text
+from rl4agents.models import policy as policy_lib
+from rl4agents.rollout import rollout as rollout_lib
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+EPISODE_ARRAYS = 24  # [B, T] arrays alive through a step (trajectory, batch, advantages)
+LOGIT_COPIES = 3  # logits, log-softmax and (backward) its gradient, all f32[rows, L, V]
+MODEL_FIELDS = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "head_dim")
+
+
+class MeshShape(NamedTuple):
+    """The parts of a `jax.sharding.Mesh` that `sharding.logical_spec` reads: no devices."""
+
+    axis_names: tuple[str, ...]
+    shape: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Term:
+    """One line of the estimate: `nbytes` per device and how it was computed."""
+
+    name: str
+    nbytes: int  # bytes per device
+    formula: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """Per-device memory of a config on a mesh (bytes; see the module docstring)."""
+
+    num_params: int  # parameters of the policy (and value head), all devices together
+    mesh_shape: dict[str, int]  # axis name -> size
+    resident: tuple[Term, ...]  # alive for the whole run
+    phases: dict[str, tuple[Term, ...]]  # transient terms, one phase alive at a time
+    state_fully_sharded: int  # bytes/device of params + optimizer + reference split evenly
+    capacity: int | None = None  # device memory in bytes, if known
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.mesh_shape.values())
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(t.nbytes for t in self.resident)
+
+    def phase_bytes(self, phase: str) -> int:
+        return sum(t.nbytes for t in self.phases[phase])
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.phase_bytes)
+
+    @property
+    def peak(self) -> int:
+        """Estimated peak bytes per device: resident + the largest transient phase."""
+        return self.resident_bytes + self.phase_bytes(self.peak_phase)
+
+    def term(self, name: str) -> int:
+        """Bytes per device of the term called `name` (0 if absent)."""
+        terms = list(self.resident) + [t for ts in self.phases.values() for t in ts]
+        return sum(t.nbytes for t in terms if t.name == name)
+
+    def format(self) -> str:
+        """A readable breakdown: every term in GiB with its formula, phases, peak, capacity."""
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh_shape.items())
+        lines = [
+            f"Estimated memory per device ({self.num_devices} devices, mesh {mesh}; "
+            f"{self.num_params:,} parameters):",
+            "  resident:",
+        ]
+        width = max(len(t.name) for ts in [self.resident, *self.phases.values()] for t in ts)
+        for t in self.resident:
+            lines.append(f"    {t.name:<{width}} {format_bytes(t.nbytes):>10}  {t.formula}")
+        for phase, terms in self.phases.items():
+            mark = "  <- peak" if phase == self.peak_phase else ""
+            lines.append(f"  {phase} (transient, {format_bytes(self.phase_bytes(phase))}){mark}:")
+            for t in terms:
+                lines.append(f"    {t.name:<{width}} {format_bytes(t.nbytes):>10}  {t.formula}")
+        lines.append(
+            f"  peak = resident {format_bytes(self.resident_bytes)} + {self.peak_phase} "
+            f"{format_bytes(self.phase_bytes(self.peak_phase))} = {format_bytes(self.peak)}"
+        )
+        lines.append(
+            f"  (parameters + optimizer + reference split evenly over all {self.num_devices} "
+            f"devices would take {format_bytes(self.state_fully_sharded)})"
+        )
+        if self.capacity:
+            lines.append(f"  device memory: {format_bytes(self.capacity)}")
+        return "\n".join(lines)
+
+
+def format_bytes(nbytes: float) -> str:
+    """`nbytes` in the largest binary unit that keeps it >= 1: "1.50 GiB", "12.00 KiB"."""
+    for unit, size in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def resolve_mesh_shape(
+    axes: Sequence[str], shape: Sequence[int], num_devices: int
+) -> dict[str, int]:
+    """Axis sizes of `mesh.axes` x `mesh.shape` on `num_devices` (one -1 takes the rest).
+
+    Mirrors `sharding.make_mesh` without building devices.
+
+    Raises:
+      ValueError: naming mesh.shape when it does not fit `num_devices`.
+    """
+    shape = list(shape)
+    if len(shape) != len(axes) or shape.count(-1) > 1:
+        raise ValueError(f"mesh.shape={tuple(shape)} does not match mesh.axes={tuple(axes)}")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if num_devices % known:
+            raise ValueError(f"mesh.shape={tuple(shape)} does not divide {num_devices} devices")
+        shape[shape.index(-1)] = num_devices // known
+    if num_devices % math.prod(shape):
+        raise ValueError(f"mesh.shape={tuple(shape)} does not divide {num_devices} devices")
+    return dict(zip(axes, shape, strict=True))
+
+
+def param_shapes(cfg: policy_lib.ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """Every parameter array of `policy.Policy(cfg)` as ("a/b/c" path, shape), built from the
+    config (the paths are those `sharding.path_str` gives the model's `nnx.State`)."""
+    d, hd, f, v = cfg.d_model, cfg.head_dim, cfg.d_ff, cfg.vocab_size
+    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+
+    def decoder(prefix: str) -> list[tuple[str, tuple[int, ...]]]:
+        out = [(f"{prefix}/embed/embedding", (v, d))]
+        for i in range(cfg.num_layers):
+            p = f"{prefix}/layers/{i}"
+            out.append((f"{p}/input_norm/scale", (d,)))
+            for name, width in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                out.append((f"{p}/attn/{name}/kernel", (d, width)))
+                if cfg.qkv_bias:
+                    out.append((f"{p}/attn/{name}/bias", (width,)))
+            out.append((f"{p}/attn/o_proj/kernel", (q, d)))
+            if cfg.qk_norm:
+                out += [(f"{p}/attn/q_norm/scale", (hd,)), (f"{p}/attn/k_norm/scale", (hd,))]
+            out.append((f"{p}/post_attn_norm/scale", (d,)))
+            out += [(f"{p}/mlp/gate_proj/kernel", (d, f)), (f"{p}/mlp/up_proj/kernel", (d, f))]
+            out.append((f"{p}/mlp/down_proj/kernel", (f, d)))
+        out.append((f"{prefix}/final_norm/scale", (d,)))
+        return out
+
+    shapes = decoder("model")
+    if not cfg.tie_embeddings:
+        shapes.append(("lm_head/kernel", (d, v)))
+    if cfg.value_head == "separate":
+        shapes += decoder("critic")
+    if cfg.value_head != "none":
+        shapes += [("value_proj/kernel", (d, 1)), ("value_proj/bias", (1,))]
+    return shapes
+
+
+def num_params(cfg: policy_lib.ModelConfig) -> int:
+    """Parameter count of `policy.Policy(cfg)` (equals `policy.count_params` of its state)."""
+    return sum(math.prod(s) for _, s in param_shapes(cfg))
+
+
+def param_elements_per_device(cfg: policy_lib.ModelConfig, mesh_shape: Mapping[str, int]) -> int:
+    """Elements of all parameters that one device holds under `sharding.tree_shardings`.
+
+    Args:
+      cfg: the model.
+      mesh_shape: axis name -> size, e.g. {"data": 8, "fsdp": 1, "tensor": 1}.
+
+    Returns:
+      sum over arrays of ceil(size / product of the mesh axes its spec splits it over).
+    """
+    mesh = MeshShape(tuple(mesh_shape), dict(mesh_shape))
+    total = 0
+    for path, shape in param_shapes(cfg):
+        axes = sharding.logical_axes(path)
+        if axes is None:
+            raise ValueError(f"no sharding rule for parameter {path!r} (shape {shape})")
+        spec = sharding.logical_spec(axes, shape, mesh)
+        split = 1
+        for entry in spec:
+            for axis in (entry,) if isinstance(entry, str) else entry or ():
+                split *= mesh_shape[axis]
+        total += -(-math.prod(shape) // split)
+    return total
+
+
+def model_config(
+    config: ml_collections.ConfigDict, vocab_size: int, **overrides: Any
+) -> policy_lib.ModelConfig:
+    """The `ModelConfig` that `experiment.build` makes of `config.model`, with `vocab_size` and
+    any keyword `overrides` (`ModelConfig` fields).
+
+    Non-zero architecture fields override the preset; with `model.checkpoint` set, the
+    architecture comes from that folder's config.json (its vocabulary too, unless
+    `vocab_size` is given).
+    """
+    m = config.model
+    runtime = dict(value_head=m.value_head, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    folder = m.get("checkpoint", "")
+    if folder:
+        from rl4agents.models import hf
+
+        cfg = hf.config_from_hf(hf.read_config(folder), **runtime)
+        return dataclasses.replace(
+            cfg, **({"vocab_size": vocab_size} if vocab_size else {}), **overrides
+        )
+    fields = {k: m[k] for k in MODEL_FIELDS if m[k]}
+    return policy_lib.make_config(m.preset, vocab_size, **{**fields, **runtime, **overrides})
+
+
+def make_env(config: ml_collections.ConfigDict):
+    """The environment `experiment.build` makes of `config.env` (tokenizer included: the
+    built-in one, the environment's minimal one, or `model.checkpoint`'s)."""
+    c = config.env
+    kwargs = envs.registry.validate(c.name, config_utils.to_dict(c[c.name]))
+    folder = config.model.get("checkpoint", "")
+    if folder:
+        from rl4agents.models import hf_tokenizer
+
+        kwargs = {**kwargs, "tokenizer": hf_tokenizer.HFTokenizer(folder)}
+    env = envs.make(c.name, **kwargs)
+    if c.vocab == "minimal":
+        env = envs.make(c.name, tokenizer=text.minimal_tokenizer(env), **kwargs)
+    return env
+
+
+def rollout_config(config: ml_collections.ConfigDict) -> rollout_lib.RolloutConfig:
+    """The static rollout sizes of `config.rollout` (what `rollout.make_layout` needs)."""
+    r = config.rollout
+    return rollout_lib.RolloutConfig(
+        num_tasks=r.num_tasks,
+        group_size=r.group_size,
+        max_turns=r.max_turns,
+        max_action_len=r.max_action_len,
+        max_context_len=r.max_context_len,
+        context=r.context,
+        window_turns=r.window_turns,
+    )
+
+
+def _per_token_layer_bytes(cfg: policy_lib.ModelConfig, keys: int) -> int:
+    """a(keys): bytes one layer keeps per token for the backward pass (module docstring)."""
+    c = DTYPE_BYTES[cfg.dtype]
+    d, hd = cfg.d_model, cfg.head_dim
+    linear = 4 * d + 3 * cfg.num_heads * hd + 2 * cfg.num_kv_heads * hd + 4 * cfg.d_ff
+    f32_copies = 8 * (cfg.num_heads + cfg.num_kv_heads) * hd + 8 * d
+    return 4 * linear + f32_copies + (8 + c) * cfg.num_heads * keys
+
+
+class _Sizes(NamedTuple):
+    """The static sizes the terms need (symbols of the module docstring)."""
+
+    batch: int  # B episodes per rollout
+    slots: int  # T slots per episode
+    rows: int  # N rows the update trains on
+    length: int  # L slots per row
+    kv_len: int  # T_kv slots of the rollout's KV cache
+    chunk: int  # S tokens of the longest prefill chunk
+    vocab: int  # V
+    split: int  # D_b = data x fsdp
+
+    def per_device(self, nbytes: int) -> int:
+        """A batch-dependent term split over data x fsdp (rounded up)."""
+        return -(-nbytes // self.split)
+
+
+def _sizes(config, env, vocab: int, mesh_shape: Mapping[str, int]) -> _Sizes:
+    rc = rollout_config(config)
+    lay = rollout_lib.make_layout(env, rc)
+    split = math.prod(mesh_shape.get(a, 1) for a in sharding.BATCH_AXES)
+    if rc.context == "window":
+        row = rollout_lib.window_row_length(env, rc)
+        rows = rc.batch_size * lay.turns
+        return _Sizes(rc.batch_size, lay.length, rows, row, row, row - lay.action, vocab, split)
+    length = lay.length if config.loss.echo_coef > 0 else lay.length - lay.obs
+    chunk = max(lay.prompt, lay.obs)
+    return _Sizes(rc.batch_size, lay.length, rc.batch_size, length, lay.length, chunk, vocab, split)
+
+
+def _rollout_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int, label: str):
+    """KV cache and one prefill chunk of a rollout of `batch` episodes."""
+    c = DTYPE_BYTES[cfg.dtype]
+    kv = cfg.num_layers * 2 * batch * sz.kv_len * cfg.num_kv_heads * cfg.head_dim * c
+    a_kv = _per_token_layer_bytes(cfg, sz.kv_len)
+    return (
+        Term(
+            "KV cache",
+            sz.per_device(kv),
+            f"{cfg.num_layers} layers x 2 x {label}={batch} x {sz.kv_len} x "
+            f"{cfg.num_kv_heads} kv_heads x {cfg.head_dim} x {c} B / {sz.split}",
+        ),
+        Term(
+            "prefill",
+            sz.per_device(batch * sz.chunk * (sz.vocab * 4 + a_kv)),
+            f"{label}={batch} x {sz.chunk} tokens x (V={sz.vocab} x 4 + a({sz.kv_len})="
+            f"{a_kv:,} B) / {sz.split}",
+        ),
+    )
+
+
+def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, config, trunks):
+    """Gradients, activations and logits of one minibatch's forward and backward pass."""
+    c, n, length = DTYPE_BYTES[cfg.dtype], -(-sz.rows // config.train.minibatches), sz.length
+    a_len = _per_token_layer_bytes(cfg, length)
+    if cfg.remat:
+        per_token = (cfg.num_layers + 2) * cfg.d_model * c + a_len
+        how = f"(({cfg.num_layers} + 2) x {cfg.d_model} x {c} B + a({length})={a_len:,} B)"
+    else:
+        per_token = cfg.num_layers * a_len + 2 * cfg.d_model * c
+        how = f"({cfg.num_layers} layers x a({length})={a_len:,} B + 2 x {cfg.d_model} x {c} B)"
+    how += (f" x {trunks} trunks" if trunks > 1 else "") + f" / {sz.split}"
+    return (
+        Term("gradients", param_bytes, "1 x parameters"),
+        Term(
+            "activations",
+            sz.per_device(n * length * per_token * trunks),
+            f"n={n} x L={length} x {how}" + (" (remat)" if cfg.remat else ""),
+        ),
+        Term(
+            "logits",
+            sz.per_device(LOGIT_COPIES * n * length * sz.vocab * 4),
+            f"{LOGIT_COPIES} x n={n} x L={length} x V={sz.vocab} x 4 B / {sz.split}",
+        ),
+    )
+
+
+def estimate(
+    config: ml_collections.ConfigDict,
+    mesh_shape: Mapping[str, int],
+    *,
+    env=None,
+    vocab_size: int | None = None,
+    capacity: int | None = None,
+    model_cfg: policy_lib.ModelConfig | None = None,
+    **model_overrides: Any,
+) -> Estimate:
+    """Per-device memory of training `config` on a mesh of `mesh_shape` (nothing allocated).
+
+    Args:
+      config: a full config (configs/base.py).
+      mesh_shape: axis name -> size; its product is the number of devices.
+      env: the environment, if already built (else built from `config.env`).
+      vocab_size: override the tokenizer's vocabulary (e.g. 151936 for a Qwen2 tokenizer).
+      capacity: device memory in bytes, recorded in the estimate.
+      model_cfg: the model, if already resolved (`Experiment.model_cfg`); else made of
+        `config.model` (`model_config`).
+      **model_overrides: `ModelConfig` fields replacing the config's (e.g. remat=True).
+
+    Returns:
+      The `Estimate` (bytes per device).
+    """
+    env = make_env(config) if env is None else env
+    if model_cfg is None:
+        cfg = model_config(config, vocab_size or env.tokenizer.vocab_size, **model_overrides)
+    else:
+        cfg = dataclasses.replace(model_cfg, **model_overrides)
+    vocab = cfg.vocab_size
+    mesh_shape = dict(mesh_shape)
+    sz = _sizes(config, env, vocab, mesh_shape)
+    p = DTYPE_BYTES[cfg.param_dtype]
+    n_total, n_dev = num_params(cfg), param_elements_per_device(cfg, mesh_shape)
+    kl = config.loss.kl_coef > 0
+    needs_values = credit.requires_values(config.credit.name)
+    split_note = "replicated" if n_dev == n_total else f"{n_total / n_dev:.2f}x split"
+    resident = [
+        Term(
+            "parameters",
+            n_dev * p,
+            f"{n_total:,} x {p} B ({cfg.param_dtype}), {n_dev:,} per device ({split_note})",
+        ),
+        Term("optimizer", 2 * n_dev * p, f"AdamW mu + nu = 2 x parameters ({cfg.param_dtype})"),
+    ]
+    if kl:
+        resident.append(Term("reference", n_dev * p, "1 x parameters (loss.kl_coef > 0)"))
+    resident.append(
+        Term(
+            "episode arrays",
+            sz.per_device(EPISODE_ARRAYS * sz.batch * sz.slots * 4),
+            f"{EPISODE_ARRAYS} x B={sz.batch} x T={sz.slots} x 4 B / {sz.split}",
+        )
+    )
+    phases = {"rollout": _rollout_terms(cfg, sz, sz.batch, "B")}
+    if kl or needs_values or config.loss.tis_cap > 0:
+        a_len = _per_token_layer_bytes(cfg, sz.length)
+        scoring = sz.rows * sz.length * (LOGIT_COPIES * vocab * 4 + a_len)
+        phases["scoring"] = (
+            Term(
+                "scoring pass",
+                sz.per_device(scoring),
+                f"N={sz.rows} x L={sz.length} x ({LOGIT_COPIES} x V={vocab} x 4 "
+                f"+ a({sz.length})={a_len:,} B) / {sz.split}",
+            ),
+        )
+    trunks = 2 if cfg.value_head == "separate" and needs_values else 1
+    phases["update"] = _update_terms(cfg, sz, n_dev * p, config, trunks)
+    phases["evaluation"] = _rollout_terms(cfg, sz, config.train.eval_tasks, "eval_tasks")
+    state_bytes = n_total * p * (4 if kl else 3)
+    return Estimate(
+        num_params=n_total,
+        mesh_shape=mesh_shape,
+        resident=tuple(resident),
+        phases=phases,
+        state_fully_sharded=-(-state_bytes // math.prod(mesh_shape.values())),
+        capacity=capacity,
+    )
+
+
+def device_memory(config: ml_collections.ConfigDict) -> int | None:
+    """Bytes of memory per device: `mesh.device_memory_gb` (GiB) if set, else what the JAX
+    runtime reports (`bytes_limit` of the first local device), else None (CPU: unknown)."""
+    gb = config.mesh.get("device_memory_gb", 0.0)
+    if gb:
+        return int(gb * GIB)
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit") or None
+
+
+def check_fits(
+    config: ml_collections.ConfigDict,
+    num_devices: int,
+    device_memory_bytes: int | None,
+    *,
+    mesh_shape: Mapping[str, int] | None = None,
+    env=None,
+    model_cfg: policy_lib.ModelConfig | None = None,
+) -> Estimate:
+    """Estimates per-device memory and refuses a config whose peak exceeds the device memory.
+
+    Args:
+      config: a full config.
+      num_devices: devices of the mesh (fills a -1 in `config.mesh.shape`).
+      device_memory_bytes: memory per device; None or 0 skips the check.
+      mesh_shape: axis name -> size of the actual mesh, if it overrides `config.mesh`.
+      env: the environment, if already built.
+      model_cfg: the model, if already resolved.
+
+    Returns:
+      The `Estimate`.
+
+    Raises:
+      ValueError: the estimated peak exceeds `device_memory_bytes`; the message lists every
+        term with its formula and what to change.
+    """
+    if mesh_shape is None:
+        mesh_shape = resolve_mesh_shape(config.mesh.axes, config.mesh.shape, num_devices)
+    est = estimate(
+        config, mesh_shape, env=env, model_cfg=model_cfg, capacity=device_memory_bytes or None
+    )
+    if device_memory_bytes and est.peak > device_memory_bytes:
+        raise ValueError(
+            f"model {config.model.get('checkpoint', '') or config.model.preset!r} "
+            f"({est.num_params:,} parameters) does not fit: estimated peak "
+            f"{format_bytes(est.peak)} per device > {format_bytes(device_memory_bytes)} of "
+            "device memory (mesh.device_memory_gb, or what the runtime reports).\n"
+            + est.format()
+            + "\nTo fit: split the state with mesh.shape (fsdp > 1, e.g. (1, -1, 1)), use more "
+            "devices, model.remat=True, model.dtype/param_dtype='bfloat16', fewer episodes "
+            "(rollout.num_tasks, rollout.group_size, train.eval_tasks) or more "
+            "train.minibatches; set mesh.device_memory_gb if the device memory is misreported."
+        )
+    return est
