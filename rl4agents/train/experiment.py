@@ -91,6 +91,31 @@ class Experiment:
             self.state_shardings,
         )
 
+    def pretrained_params(self) -> Any:
+        """The policy parameters of `model.checkpoint`, placed in their training shardings.
+
+        A shared value head starts at zero; a separate critic starts as a copy of the trunk.
+        """
+        from rl4agents.models import hf
+
+        c = self.config.model
+        policy, _ = hf.load_pretrained(
+            _checkpoint(self.config),
+            mesh=self.mesh,
+            value_head=c.value_head,
+            dtype=c.dtype,
+            param_dtype=c.param_dtype,
+            remat=c.remat,
+        )
+        params = nnx.split(policy)[1]
+        target = self.abstract_state().params
+        if jax.tree.structure(params) != jax.tree.structure(target):
+            raise ValueError(
+                f"model.checkpoint={_checkpoint(self.config)!r}: loaded parameters do not "
+                "match the policy's parameter tree"
+            )
+        return jax.tree.map(lambda x, t: jax.device_put(x, t.sharding), params, target)
+
     def root_key(self) -> jax.Array:
         return jax.random.key(self.config.seed)
 
@@ -165,9 +190,39 @@ def check_batch(batch: int, group: int, mesh, field: str) -> None:
     # multiple of the group size keeps group statistics local, which is faster.
 
 
+_ARCH_FIELDS = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "head_dim")
+
+
+def _checkpoint(c: ml_collections.ConfigDict) -> str:
+    """The local pretrained-model folder of `model.checkpoint`, or ""."""
+    return c.model.get("checkpoint", "")
+
+
 def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.ModelConfig:
-    fields = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "head_dim")
-    overrides = {k: c.model[k] for k in fields if c.model[k]}
+    overrides = {k: c.model[k] for k in _ARCH_FIELDS if c.model[k]}
+    folder = _checkpoint(c)
+    if folder:  # the architecture comes from the checkpoint's config.json
+        from rl4agents.models import hf
+
+        if overrides:
+            raise ValueError(
+                f"model.{next(iter(overrides))}={next(iter(overrides.values()))} conflicts "
+                f"with model.checkpoint={folder!r}: the architecture comes from its "
+                "config.json; allowed: 0 (unset)"
+            )
+        cfg = hf.config_from_hf(
+            hf.read_config(folder),
+            value_head=c.model.value_head,
+            dtype=c.model.dtype,
+            param_dtype=c.model.param_dtype,
+            remat=c.model.remat,
+        )
+        if cfg.vocab_size != vocab_size:
+            raise ValueError(
+                f"model.checkpoint={folder!r}: config.json vocab_size {cfg.vocab_size} differs "
+                f"from its tokenizer's {vocab_size}"
+            )
+        return cfg
     return policy_lib.make_config(
         c.model.preset,
         vocab_size,
@@ -185,8 +240,17 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     # Environment.
     config_utils.check_choice("env.name", c.env.name, envs.registry.names())
     env_kwargs = envs.registry.validate(c.env.name, config_utils.to_dict(c.env[c.env.name]))
-    env = envs.make(c.env.name, **env_kwargs)
     config_utils.check_choice("env.vocab", c.env.vocab, ("builtin", "minimal"))
+    if _checkpoint(c):  # a real model: its tokenizer encodes every environment fragment
+        from rl4agents.models import hf_tokenizer
+
+        if c.env.vocab != "builtin":
+            raise ValueError(
+                f"env.vocab={c.env.vocab!r} with model.checkpoint={_checkpoint(c)!r}: the "
+                "checkpoint's own tokenizer is used; allowed: 'builtin' (the default)"
+            )
+        env_kwargs = {**env_kwargs, "tokenizer": hf_tokenizer.HFTokenizer(_checkpoint(c))}
+    env = envs.make(c.env.name, **env_kwargs)
     if c.env.vocab == "minimal":
         env = envs.make(c.env.name, tokenizer=text.minimal_tokenizer(env), **env_kwargs)
     # Model.

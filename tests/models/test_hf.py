@@ -415,3 +415,40 @@ def test_config_from_hf__legacy_rope_keys_defaults_and_sliding_window():
         hf.config_from_hf({**legacy, "hidden_act": "gelu"})
     with pytest.raises(ValueError, match="attention_bias=true"):
         hf.config_from_hf({**legacy, "attention_bias": True})
+
+
+def test_train_from_checkpoint__rl_starts_from_the_pretrained_weights(tmp_path):
+    from configs import base
+    from rl4agents.train import experiment, loop
+
+    folder = _write_tokenizer(tmp_path / "m", vocab_size=300)
+    model = _tiny_hf_model("qwen2", vocab_size=320)
+    model.save_pretrained(folder, safe_serialization=True)
+
+    def config(**overrides):
+        c = base.get_config()
+        c.unlock()
+        c.model.checkpoint = str(folder)
+        c.env.name = "frozen_lake"
+        c.rollout.num_tasks, c.rollout.group_size, c.rollout.max_turns = 4, 2, 2
+        c.rollout.max_action_len = 3
+        c.train.num_steps, c.train.eval_tasks, c.train.eval_every = 1, 8, 1
+        c.log.progress = False
+        for key, value in overrides.items():
+            section, field = key.split(".")
+            c[section][field] = value
+        c.lock()
+        return c
+
+    exp = experiment.build(config())
+    assert isinstance(exp.env.tokenizer, hf_tokenizer.HFTokenizer)
+    assert exp.model_cfg.vocab_size == 320 and exp.model_cfg.qkv_bias
+    params = exp.pretrained_params()
+    loaded = nnx.split(hf.load_pretrained(folder)[0])[1]
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), jax.device_get(loaded))
+    summary = loop.run(config(), str(tmp_path / "run"), quiet=True)
+    assert summary["finished"] and summary["steps"] == 1
+    with pytest.raises(ValueError, match=r"model.d_model=32 conflicts with model.checkpoint"):
+        experiment.build(config(**{"model.d_model": 32}))
+    with pytest.raises(ValueError, match=r"env.vocab='minimal' with model.checkpoint"):
+        experiment.build(config(**{"env.vocab": "minimal"}))
