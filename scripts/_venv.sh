@@ -4,4 +4,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev]"
+# EXTRAS: test.sh adds "hf,host" so the checkpoint-parity and TextArena tests run.
+.venv/bin/python -m pip install -q -e ".[dev${EXTRAS:+,$EXTRAS}]"

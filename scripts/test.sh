@@ -6,6 +6,7 @@
 #   ./scripts/test.sh tests/credit    # any pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
+EXTRAS="${EXTRAS-hf,host}"  # checkpoint parity (torch, transformers) and TextArena tests
 source scripts/_venv.sh
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
