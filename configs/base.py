@@ -111,6 +111,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.num_steps = 300
     c.train.epochs = 1  # E passes over each batch
     c.train.minibatches = 1  # M minibatches per epoch
+    c.train.grad_accum = 1  # microbatches per minibatch: gradients accumulated, one update
     c.train.max_minutes = 0.0  # stop after this much wall time (0 = no limit)
     c.train.eval_every = 25
     c.train.eval_tasks = 256

@@ -358,6 +358,13 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     if mesh is None:
         mesh = sharding.make_mesh(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
     check_batch(rollout_cfg.batch_size, rollout_cfg.group_size, mesh, "rollout.num_tasks")
+    grad_accum = c.train.get("grad_accum", 1)
+    minibatch = rollout_cfg.batch_size // max(c.train.minibatches, 1)
+    if grad_accum < 1 or minibatch % grad_accum:
+        raise ValueError(
+            f"train.grad_accum={grad_accum} does not divide the minibatch of {minibatch} "
+            "episodes (batch / train.minibatches); allowed: a divisor of it, >= 1"
+        )
     if rollout_cfg.batch_size % c.train.minibatches:
         raise ValueError(
             f"train.minibatches={c.train.minibatches} does not divide the batch of "
@@ -387,6 +394,7 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         minibatches=c.train.minibatches,
         mesh=mesh,
         needs_greedy=needs_greedy,
+        grad_accum=grad_accum,
         shaping=shaping_cfg,
         sampling=sampling_cfg,
     )

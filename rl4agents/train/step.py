@@ -72,6 +72,7 @@ class StepConfig:
     needs_greedy: bool = False  # the credit function needs a greedy episode per task (ReMax)
     shaping: ShapingConfig = ShapingConfig()
     sampling: SamplingConfig = SamplingConfig()
+    grad_accum: int = 1  # microbatches per minibatch, gradients averaged before one update
 
 
 class Batch(NamedTuple):
@@ -460,7 +461,10 @@ def update(
         params, opt_state = carry
         minibatch = jax.tree.map(lambda x: x[idx], batch) if cfg.minibatches > 1 else batch
         minibatch = sharding.shard_batch(minibatch, cfg.mesh)
-        grads, metrics = grad_fn(params, minibatch, cfg)
+        if cfg.grad_accum > 1:
+            grads, metrics = _accumulated_grads(grad_fn, params, minibatch, cfg)
+        else:
+            grads, metrics = grad_fn(params, minibatch, cfg)
         updates, opt_state = cfg.optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
@@ -481,6 +485,31 @@ def update(
     metrics = {**metrics, **adv_metrics, **rollout_metrics(traj, cfg.rollout.group_size)}
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
+
+
+def _accumulated_grads(grad_fn, params, minibatch: Batch, cfg: StepConfig):
+    """Mean gradient and metrics over `cfg.grad_accum` equal microbatches, one at a time.
+
+    Activation memory is that of one microbatch. The mean of the microbatch losses equals the
+    minibatch loss exactly for the sequence-mean aggregations; for "token-mean" it weights each
+    microbatch's tokens equally per microbatch (as verl's micro-batching does), which differs
+    from the minibatch's token mean when microbatches hold different numbers of action tokens.
+    """
+    k = cfg.grad_accum
+    micro = jax.tree.map(lambda x: x.reshape(k, x.shape[0] // k, *x.shape[1:]), minibatch)
+
+    def body(acc, mb):
+        grads, metrics = grad_fn(params, sharding.shard_batch(mb, cfg.mesh), cfg)
+        return jax.tree.map(lambda a, g: a + g / k, acc, (grads, metrics)), None
+
+    zeros = jax.tree.map(
+        jnp.zeros_like,
+        jax.eval_shape(
+            lambda p, b: grad_fn(p, b, cfg), params, jax.tree.map(lambda x: x[0], micro)
+        ),
+    )
+    (grads, metrics), _ = jax.lax.scan(body, zeros, micro)
+    return grads, metrics
 
 
 def evaluate(

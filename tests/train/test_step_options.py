@@ -658,3 +658,27 @@ def test_train_step__every_credit_function_runs(name):
     assert_finite(metrics)
     if credit.requires_values(name):
         assert "value_loss" in metrics
+
+
+def test_grad_accum__microbatches_give_the_minibatch_update():
+    """Two microbatches of 4 episodes, accumulated: the update of one batch of 8 (seq-mean)."""
+    exp = base_exp()
+    state = base_state()
+    traj = rollout_fn()(step_rollout_key(exp), state.params)
+    seq = "seq-mean-token-mean"
+    policy_fn = functools.partial(exp.step_cfg.loss.policy_fn, agg=seq)
+    cfg = variant(agg=seq, policy_fn=policy_fn)
+    key = jax.random.key(7)
+
+    def update(k):
+        c = dataclasses.replace(cfg, grad_accum=k)
+        return jax.jit(functools.partial(step_lib.update, cfg=c))(base_state(), traj, key)
+
+    (one, m1), (two, m2) = update(1), update(2)
+    np.testing.assert_allclose(m2["loss"], m1["loss"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(m2["grad_norm"], m1["grad_norm"], rtol=1e-5, atol=1e-7)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), one.params, two.params
+    )
+    with pytest.raises(ValueError, match=r"train.grad_accum=3 does not divide the minibatch"):
+        build(**{"train.grad_accum": 3})
