@@ -29,14 +29,14 @@ import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX start
 from absl import app, flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVS = (  # cheapest first
+ENVS = (  # cheapest first (training cost grows with the context length T)
     "frozen_lake",
     "maze",
-    "two_agent",
-    "countdown",
     "wordle",
+    "countdown",
     "sokoban",
     "search_qa",
+    "two_agent",
     "web_shop",
     "terminal",
     "household",
@@ -48,6 +48,9 @@ _TASKS = flags.DEFINE_integer("tasks", 256, "Held-out tasks per split for baseli
 _TRAIN = flags.DEFINE_bool("train", False, "Also run SFT then GRPO per environment.")
 _REUSE_ONLY = flags.DEFINE_bool(
     "reuse_only", False, "--train: report finished runs only; start none (others: 'not run')."
+)
+_TRAIN_ENVS = flags.DEFINE_list(
+    "train_envs", [], "--train: start new runs only for these (others as --reuse_only)."
 )
 _RUNS = flags.DEFINE_string("runs", "runs/envs", "Where --train keeps its runs.")
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 200, "SFT steps per environment.")
@@ -69,7 +72,7 @@ def _train(name: str) -> dict | None:
     With --reuse_only, None unless both runs have finished.
     """
     base = os.path.join(ROOT, _RUNS.value, name)
-    if _REUSE_ONLY.value:
+    if _REUSE_ONLY.value or (_TRAIN_ENVS.value and name not in _TRAIN_ENVS.value):
         try:
             rl = json.load(open(os.path.join(base, "rl", "summary.json")))
             sft = json.load(open(os.path.join(base, "sft", "summary.json")))
