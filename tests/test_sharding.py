@@ -57,7 +57,18 @@ def reference():
     return config, jax.device_get(state.params), metrics
 
 
-@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8)])
+SLOW = pytest.mark.slow  # one train-step compile per mesh; (2,2,2) stays in the default suite
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param((8, 1, 1), marks=SLOW),
+        pytest.param((2, 4, 1), marks=SLOW),
+        (2, 2, 2),
+        pytest.param((1, 1, 8), marks=SLOW),
+    ],
+)
 def test_meshes__two_steps_match_one_device(reference, shape):
     config, params1, metrics1 = reference
     state, metrics = _two_steps(config, mesh(shape))

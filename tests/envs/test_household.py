@@ -278,6 +278,7 @@ def _run_oracle(batched, params, seed):
     return success, total, turns, trace
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_household__oracle_solves_every_generated_task(split):
     env, params = ENV.make_split(split)

@@ -262,6 +262,7 @@ def test_maze__carve_and_distance_map_helpers():
     assert dist[5, 5] == 0 and dist[1, 1] == 16 and dist[0, 0] == 49
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_maze__bfs_oracle_solves_every_generated_task(split):
     env, params = ENV.make_split(split)
@@ -280,6 +281,7 @@ def test_maze__bfs_oracle_solves_every_generated_task(split):
         assert (turns >= env.min_distance).all()
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_maze__exploration_oracle_solves_every_generated_task(split):
     env, params = ENV.make_split(split)

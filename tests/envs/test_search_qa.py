@@ -200,6 +200,7 @@ def _closed_loop(batched, states, params, turns):
     return states, out
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_search_qa__oracle_solves_every_generated_task_closed_loop(split):
     env, params = ENV.make_split(split)

@@ -314,6 +314,7 @@ def test_terminal__ood_trees_are_deeper_and_wider():
     assert np.asarray(states.dir_present).sum(axis=1).mean() > 7  # train trees: <= 7 dirs
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_terminal__grep_oracle_solves_every_generated_task(split):
     env, params = ENV.make_split(split)
@@ -326,6 +327,7 @@ def test_terminal__grep_oracle_solves_every_generated_task(split):
     np.testing.assert_array_equal(turns, key_depth + 3)
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("strategy", ["grep_submit", "dfs"])
 def test_terminal__other_oracle_strategies_solve_train_and_ood(strategy):
     for batched, params in ((BATCHED, TRAIN), (BATCHED_OOD, OOD_PARAMS)):

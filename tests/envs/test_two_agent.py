@@ -231,6 +231,7 @@ def _run_oracle(batched, params, seed):
     return start, success, turns, returns
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_two_agent__oracle_solves_every_generated_map_on_a_shortest_path(split):
     env, params = ENV.make_split(split)

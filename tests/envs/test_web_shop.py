@@ -281,6 +281,7 @@ def test_web_shop__ood_requires_both_attributes():
     _check_catalogues(OOD_ENV, states, [2])
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_web_shop__oracle_solves_every_generated_task(split):
     env, params = ENV.make_split(split)

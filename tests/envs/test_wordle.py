@@ -238,6 +238,7 @@ def test_wordle__reset_draws_disjoint_train_and_test_secrets():
     assert (np.asarray(ts.obs_len) == ENV.max_prompt_len).all()
 
 
+@pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_wordle__oracle_solves_every_generated_task_closed_loop(split):
     env, params = ENV.make_split(split)
