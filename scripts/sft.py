@@ -70,8 +70,8 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     writer = writers.MetricWriter(workdir, resume_step=0)
     first = last = None
     bar_off = quiet or not config.log.progress
-    for i in tqdm.trange(c.steps, disable=bar_off, unit="step", desc="sft"):
-        batch = sft.batches(demos, c.batch_size, jax.random.fold_in(root, 2), i)
+    stream = sft.minibatches(demos, c.batch_size, jax.random.fold_in(root, 2))
+    for i, batch in zip(tqdm.trange(c.steps, disable=bar_off, unit="step", desc="sft"), stream):
         params, opt_state, m = step_fn(params, opt_state, batch)
         if i % 10 == 0 or i == c.steps - 1:
             m = {k: float(v) for k, v in jax.device_get(m).items()}

@@ -116,9 +116,7 @@ def run(
         if c.init.params:
             state = _warm_start(exp, state, c.init.params)
         elif c.model.get("checkpoint", ""):  # a pretrained model (scale-out, real checkpoints)
-            params = exp.pretrained_params()
-            ref = None if state.ref_params is None else jax.tree.map(jnp.copy, params)
-            state = state.replace(params=params, ref_params=ref)
+            state = _start_from(state, exp.pretrained_params())
     else:
         state = ckpt.restore(start, exp.abstract_state())
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
@@ -213,6 +211,11 @@ def _warm_start(exp, state, directory: str):
     params = sft_lib.load_params(
         directory, exp.abstract_state().params, exp.config_json, experiment_lib.INIT_COMPAT_KEYS
     )
+    return _start_from(state, params)
+
+
+def _start_from(state, params):
+    """`state` starting from `params`; the KL reference, if any, is a copy of them."""
     ref = None if state.ref_params is None else jax.tree.map(jnp.copy, params)
     return state.replace(params=params, ref_params=ref)
 

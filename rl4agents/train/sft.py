@@ -16,6 +16,7 @@ demonstrated action tokens under the teacher-forced policy (`rollout.score`), an
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from typing import Any
 
@@ -220,21 +221,26 @@ def init_opt_state(optimizer: optax.GradientTransformation, params, mesh: jax.sh
     return jax.jit(optimizer.init, out_shardings=sharding.tree_shardings(shapes, mesh))(params)
 
 
-def batches(demos: Demos, batch_size: int, key: jax.Array, step: int) -> Demos:
-    """Minibatch `step`: episodes drawn without replacement within each pass over the data.
+def minibatches(demos: Demos, batch_size: int, key: jax.Array):
+    """Endless minibatches of `batch_size` episodes, without replacement within each pass.
+
+    Pass p shuffles with `fold_in(key, p)`; a pass yields N // batch_size minibatches.
 
     Args:
       demos: N episodes.
       batch_size: episodes per minibatch (at most N).
-      key: the run's SFT key; pass `p = step * batch_size // N` uses `fold_in(key, p)`.
-      step: the minibatch index.
+      key: the run's SFT key.
+
+    Yields:
+      `Demos` of `batch_size` episodes (device arrays).
     """
-    n = demos.tokens.shape[0]
-    per_pass = n // batch_size
-    pass_id, slot = divmod(step, per_pass)
-    perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, pass_id), n))
-    idx = perm[slot * batch_size : (slot + 1) * batch_size]
-    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[idx]), demos)
+    host = jax.tree.map(np.asarray, demos)
+    n = host.tokens.shape[0]
+    for pass_id in itertools.count():
+        perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, pass_id), n))
+        for slot in range(n // batch_size):
+            idx = perm[slot * batch_size : (slot + 1) * batch_size]
+            yield jax.tree.map(lambda x, idx=idx: jnp.asarray(x[idx]), host)
 
 
 def save_params(directory: str, params: Any, step: int, config_json: str, compat_keys) -> None:

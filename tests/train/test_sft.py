@@ -88,8 +88,7 @@ def test_sft__clones_the_oracle_and_rl_starts_from_it(setup, tmp_path):
     step = sft.make_step(exp.step_cfg.graphdef, opt, exp.mesh)
     params, opt_state = state.params, sft.init_opt_state(opt, state.params, exp.mesh)
     nll = []
-    for i in range(100):
-        batch = sft.batches(demos, 8, jax.random.key(1), i)
+    for _, batch in zip(range(100), sft.minibatches(demos, 8, jax.random.key(1))):
         params, opt_state, m = step(params, opt_state, batch)
         nll.append(float(m["nll"]))
     assert step.jitted["fn"]._cache_size() == 1
@@ -118,3 +117,12 @@ def test_warm_start__incompatible_or_missing_parameters_fail_clearly(setup, tmp_
         loop._warm_start(wider, wider.init_state(jax.random.key(0)), str(tmp_path))
     with pytest.raises(FileNotFoundError, match="init.params"):
         loop._warm_start(exp, state, str(tmp_path / "nothing"))
+
+
+def test_minibatches__each_pass_covers_every_episode_once(setup):
+    *_, demos = setup
+    stream = sft.minibatches(demos, 4, jax.random.key(2))
+    for _ in range(2):  # two passes of 16 // 4 minibatches, reshuffled between them
+        rows = np.concatenate([np.asarray(next(stream).tokens) for _ in range(4)])
+        got = sorted(map(bytes, rows))
+        assert got == sorted(map(bytes, np.asarray(demos.tokens)))
