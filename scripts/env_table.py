@@ -59,6 +59,12 @@ _RL_MINUTES = flags.DEFINE_float("rl_minutes", 6.0, "Wall-time cap of each GRPO 
 _RL_LR = flags.DEFINE_float("rl_lr", 2e-4, "GRPO learning rate after SFT (fine-tuning).")
 _RL_ENTROPY = flags.DEFINE_float("rl_entropy", 0.0, "GRPO entropy bonus after SFT.")
 _EVAL_TASKS = flags.DEFINE_integer("eval_tasks", 64, "--train: held-out tasks per evaluation.")
+_SFT_FLAGS = flags.DEFINE_list(
+    "sft_flags", [], "--train: extra config overrides for SFT, e.g. config.sft.batch_size=8."
+)
+_RL_FLAGS = flags.DEFINE_list(
+    "rl_flags", [], "--train: extra config overrides for GRPO, e.g. config.rollout.num_tasks=4."
+)
 
 
 def _config(name: str):
@@ -86,7 +92,8 @@ def _train(name: str) -> dict | None:
         subprocess.run(
             [py, "scripts/sft.py", cfg, f"--workdir={sft_dir}",
              f"--config.sft.steps={_SFT_STEPS.value}", "--config.log.progress=False",
-             f"--config.train.eval_tasks={_EVAL_TASKS.value}"],
+             f"--config.train.eval_tasks={_EVAL_TASKS.value}"]
+            + [f"--{f}" for f in _SFT_FLAGS.value],
             cwd=ROOT, check=True,
         )  # fmt: skip
     rl_summary = os.path.join(rl_dir, "summary.json")
@@ -98,7 +105,8 @@ def _train(name: str) -> dict | None:
              f"--config.train.max_minutes={_RL_MINUTES.value}",
              f"--config.train.eval_every={_RL_STEPS.value}", "--config.log.progress=False",
              f"--config.optim.lr={_RL_LR.value}", f"--config.loss.entropy_coef={_RL_ENTROPY.value}",
-             f"--config.train.eval_tasks={_EVAL_TASKS.value}"],
+             f"--config.train.eval_tasks={_EVAL_TASKS.value}"]
+            + [f"--{f}" for f in _RL_FLAGS.value],
             cwd=ROOT, check=True,
         )  # fmt: skip
     return {
