@@ -2,7 +2,8 @@
 
 Each episode is a directory tree whose directory and file names come from fixed pools
 (`DIR_NAMES`, `FILE_NAMES`); every file holds 1 to `lines_per_file` lines "field = value" or
-"field: value" (fields from `FIELDS`, values from `VALUES`). Exactly one line in the whole tree
+"field: value" (fields from `FIELDS`, values drawn uniformly from the 256 of `VALUES`, so a
+fixed guess is right on about 0.4% of tasks). Exactly one line in the whole tree
 has the task's field (one of `SECRET_FIELDS`); the prompt asks for its value:
 
   find the value of key and submit it
@@ -71,7 +72,7 @@ FILE_NAMES = (
 )
 SECRET_FIELDS = ("code", "key", "pass", "pin", "token")  # what a task may ask for
 FIELDS = SECRET_FIELDS + ("host", "level", "mode", "port", "user")
-VALUES = (
+_NAMED_VALUES = (
     "1024",
     "2093",
     "3141",
@@ -89,6 +90,20 @@ VALUES = (
     "olive",
     "slate",
 )
+
+
+def _value_pool(size: int = 256) -> tuple[str, ...]:
+    """The named values, then distinct 4-digit codes from a fixed generator, `size` in all.
+
+    A large pool keeps guessing honest: submitting one fixed value every episode succeeds on
+    about 1/`size` of tasks (values are drawn uniformly from the pool).
+    """
+    codes = np.random.default_rng(6174).permutation(np.arange(1000, 10000)).tolist()
+    extra = [str(c) for c in codes if str(c) not in _NAMED_VALUES]
+    return _NAMED_VALUES + tuple(extra[: size - len(_NAMED_VALUES)])
+
+
+VALUES = _value_pool()
 SEPARATORS = (" = ", ": ")
 ORACLE_STRATEGIES = ("grep", "grep_submit", "dfs")
 # Command ids of the action table.

@@ -118,7 +118,8 @@ def test_terminal__registered_with_builtin_sizes():
     env = registry.make("terminal")
     assert isinstance(env, terminal.Terminal)
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (75, 161, 9)
-    assert env.num_actions == 3 + 2 * 19 + 26 + 16 == len(set(env.commands))
+    assert len(terminal.VALUES) == len(set(terminal.VALUES)) == 256
+    assert env.num_actions == 3 + 2 * 19 + (10 + 256) + 256 == len(set(env.commands))
     assert (OOD_ENV.depth, OOD_ENV.width, OOD_ENV.max_obs_len) == (3, 3, 186)
     assert OOD_ENV.num_actions == env.num_actions
 
@@ -374,7 +375,9 @@ def test_terminal__anchors_equal_iff_states_equal():
     states = jax.tree.map(lambda x: jnp.repeat(x[:4], B // 4, axis=0), states)
     by_anchor, by_state = {}, {}
     for _ in range(12):
-        states, ts = BATCHED.act(states, rng.integers(0, ENV.num_actions - 16, B), TRAIN)
+        states, ts = BATCHED.act(
+            states, rng.integers(0, 3 + 2 * 19 + len(terminal.FIELDS), B), TRAIN
+        )
         flat = jax.vmap(
             lambda s: jnp.concatenate([jnp.ravel(x).astype(jnp.int32) for x in jax.tree.leaves(s)])
         )(states)
