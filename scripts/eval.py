@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
 import ml_collections  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
 from rl4agents.train import experiment, loop, writers  # noqa: E402
@@ -37,6 +37,7 @@ def _fail(message: str) -> None:
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO
     for split in _SPLIT.value:
         if split not in SPLITS:
             _fail(f"--split={split!r} is not allowed; allowed: {list(SPLITS)}")
@@ -60,9 +61,14 @@ def main(argv):
     state = ckpt.restore(step, exp.abstract_state())
     num_tasks = _NUM_TASKS.value or config.train.eval_tasks
     rows = []
-    for split in _SPLIT.value:
-        ev = loop.evaluate(exp, state.params, split, num_tasks)
-        rows.append({"split": split, "tasks": num_tasks, **ev})
+    try:
+        for split in _SPLIT.value:
+            if split not in exp.splits:
+                _fail(f"--split={split!r}: this run has no such split; allowed: {list(exp.splits)}")
+            ev = loop.evaluate(exp, state.params, split, num_tasks)
+            rows.append({"split": split, "tasks": num_tasks, **ev})
+    finally:
+        exp.close()
     cols = [
         "split",
         "tasks",

@@ -119,6 +119,14 @@ class Experiment:
     def root_key(self) -> jax.Array:
         return jax.random.key(self.config.seed)
 
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The evaluation splits this experiment has."""
+        return ("train", "test", "ood")
+
+    def close(self) -> None:
+        """Release what the experiment holds outside JAX (nothing here; host env pools)."""
+
     @functools.cached_property
     def _eval_fns(self) -> dict:
         return {}
@@ -237,10 +245,13 @@ def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.M
 def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     """Validate `config` and build the environment, model config, step config and jitted step."""
     c = config
-    # Environment.
-    config_utils.check_choice("env.name", c.env.name, envs.registry.names())
-    env_kwargs = envs.registry.validate(c.env.name, config_utils.to_dict(c.env[c.env.name]))
+    # Environment: a registered JAX environment, or Python text environments on the host.
+    is_host = c.env.name == "host"
+    if not is_host:
+        config_utils.check_choice("env.name", c.env.name, envs.registry.names() + ["host"])
+        env_kwargs = envs.registry.validate(c.env.name, config_utils.to_dict(c.env[c.env.name]))
     config_utils.check_choice("env.vocab", c.env.vocab, ("builtin", "minimal"))
+    tokenizer = None
     if _checkpoint(c):  # a real model: its tokenizer encodes every environment fragment
         from rl4agents.models import hf_tokenizer
 
@@ -249,10 +260,17 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
                 f"env.vocab={c.env.vocab!r} with model.checkpoint={_checkpoint(c)!r}: the "
                 "checkpoint's own tokenizer is used; allowed: 'builtin' (the default)"
             )
-        env_kwargs = {**env_kwargs, "tokenizer": hf_tokenizer.HFTokenizer(_checkpoint(c))}
-    env = envs.make(c.env.name, **env_kwargs)
-    if c.env.vocab == "minimal":
-        env = envs.make(c.env.name, tokenizer=text.minimal_tokenizer(env), **env_kwargs)
+        tokenizer = hf_tokenizer.HFTokenizer(_checkpoint(c))
+    if is_host:
+        from rl4agents.train import host_run
+
+        env = host_run.make_env(c, tokenizer)
+    else:
+        if tokenizer is not None:
+            env_kwargs = {**env_kwargs, "tokenizer": tokenizer}
+        env = envs.make(c.env.name, **env_kwargs)
+        if c.env.vocab == "minimal":
+            env = envs.make(c.env.name, tokenizer=text.minimal_tokenizer(env), **env_kwargs)
     # Model.
     model_cfg = _model_config(c, env.tokenizer.vocab_size)
     # Credit.
@@ -320,6 +338,8 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
             f"sampling.dynamic=True cannot be combined with credit.name={c.credit.name!r} "
             "(its greedy baseline needs the tasks of one batch); allowed: sampling.dynamic=False"
         )
+    if is_host:
+        host_run.check_config(c, needs_greedy)
     sampling_cfg = step_lib.SamplingConfig(
         dynamic=c.sampling.dynamic, max_gen_batches=c.sampling.max_gen_batches
     )
@@ -407,6 +427,8 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
                 f"{shaping_cfg.overlong_per} length of {limit} action tokens; "
                 f"allowed: 0 (off) or 1..{limit}"
             )
+    if is_host:  # its train step is the host rollout, then the jitted update
+        return host_run.HostExperiment(c, env, model_cfg, step_cfg, mesh, None)
     state_sh = state_shardings(model_cfg, step_cfg, mesh)
     return Experiment(c, env, model_cfg, step_cfg, mesh, jit_train_step(step_cfg, mesh, state_sh))
 

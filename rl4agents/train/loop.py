@@ -188,18 +188,21 @@ def run(
             ckpt.save(step, state)
             ckpt.wait()
             writer.close()
-    summary = _summarize(
-        exp,
-        state,
-        workdir,
-        step,
-        time.perf_counter() - t0,
-        milestones,
-        compile_s,
-        final=finished,
-        quiet=quiet,
-    )
-    ckpt.close()
+    try:
+        summary = _summarize(
+            exp,
+            state,
+            workdir,
+            step,
+            time.perf_counter() - t0,
+            milestones,
+            compile_s,
+            final=finished,
+            quiet=quiet,
+        )
+    finally:
+        ckpt.close()
+        exp.close()
     return summary
 
 
@@ -246,7 +249,7 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
     }
     rows = []
     if final:
-        for split in ("train", "test", "ood"):
+        for split in exp.splits:
             ev = evaluate(exp, state.params, split, c.train.eval_tasks)
             summary[f"eval_{split}"] = ev
             rows.append(

@@ -8,7 +8,10 @@ rollout. `TextArenaEnv` adapts the single-player games of the `textarena` packag
 See docs/host_envs.md.
 """
 
-from rl4agents.envs.host import train  # noqa: F401 (module: step_config, host_train_step)
+from rl4agents.envs.host import (
+    registry,  # noqa: F401 (module: factories by name)
+    train,  # noqa: F401 (module: step_config, host_train_step)
+)
 from rl4agents.envs.host.base import (
     StepResult,
     TextEnv,
@@ -42,6 +45,7 @@ __all__ = [
     "normalize_reset",
     "normalize_step",
     "prefill_prompt",
+    "registry",
     "sample_turn",
     "task_seeds",
     "text_anchor",

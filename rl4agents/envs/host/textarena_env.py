@@ -28,6 +28,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rl4agents.envs.host import registry
+
 _LOCK = threading.Lock()  # TextArena's games share Python's global `random` state
 
 
@@ -95,3 +97,21 @@ class TextArenaEnv:
             bool(done),
             {"success": done and reward >= 1.0, "valid_action": not invalid},
         )
+
+
+@registry.register("textarena")
+def textarena_games(
+    split: str, games: str = "GuessTheNumber-v0", ood_games: str = "GuessTheNumber-v0-hardcore"
+) -> Callable[[int], TextArenaEnv] | None:
+    """A config's TextArena factory: task t of a batch plays game t mod len(games).
+
+    Args:
+      split: "train" and "test" play `games` (test from held-out seeds); "ood" plays
+        `ood_games` ("" = no OOD split).
+      games: comma-separated single-player TextArena ids.
+      ood_games: comma-separated ids for the OOD split.
+    """
+    ids = [g.strip() for g in (ood_games if split == "ood" else games).split(",") if g.strip()]
+    if not ids:
+        return None
+    return lambda task: TextArenaEnv(ids[task % len(ids)])
