@@ -129,6 +129,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.init = ml_collections.ConfigDict()
     c.init.params = ""  # start RL from parameters saved by scripts/sft.py (its workdir)
+    # Count the warm start's wall time (its summary.json) on this run's clock: curves,
+    # milestones and train.max_minutes then measure from the start of SFT.
+    c.init.count_wall = False
 
     c.sft = ml_collections.ConfigDict()  # scripts/sft.py: behaviour cloning on oracle demos
     c.sft.num_demos = 256  # oracle episodes on training tasks

@@ -3,7 +3,12 @@
   python scripts/train.py --config=configs/frozen_lake.py --workdir=runs/fl
   python scripts/train.py --config=configs/frozen_lake.py:ppo_gae --workdir=runs/fl_ppo
 
-The argument selects the credit variant (default grpo).
+The argument selects the credit variant (default grpo), or "sft": the quickstart's recipe,
+an SFT warm start on oracle demonstrations, then GRPO fine-tuning (scripts/quickstart.sh):
+
+  python scripts/sft.py --config=configs/frozen_lake.py:sft --workdir=runs/qs/sft
+  python scripts/train.py --config=configs/frozen_lake.py:sft --workdir=runs/qs \
+      --config.init.params=runs/qs/sft
 """
 
 from __future__ import annotations
@@ -32,7 +37,19 @@ def get_config(arg: str | None = None):
     c.train.max_minutes = 15.0  # the quickstart's wall-time budget
     c.train.eval_every = 25
     c.train.ood_max_turns = 16  # 6x6 maps need 10 moves
-    c.credit.name = arg or "grpo"
+    variant = arg or "grpo"
+    if variant == "sft":  # the quickstart: an SFT warm start, then GRPO fine-tuning
+        # scripts/sft.py: 2048 closed-loop oracle episodes on training maps, 600 steps.
+        c.sft.num_demos = 2048
+        c.sft.steps = 600
+        # GRPO from the cloned policy: a small lr, no entropy bonus, KL to the cloned policy.
+        c.optim.lr = 1e-4
+        c.loss.entropy_coef = 0.0
+        c.loss.kl_coef = 0.02
+        c.init.count_wall = True  # train.max_minutes and the curves include the SFT time
+        c.train.eval_tasks = 256
+        variant = "grpo"
+    c.credit.name = variant
     if c.credit.name == "ppo_gae":
         c.model.value_head = "shared"
     c.lock()

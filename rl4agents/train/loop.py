@@ -111,6 +111,7 @@ def run(
         compat_keys=experiment_lib.COMPAT_KEYS,
     )
     start = ckpt.latest_step()
+    init_wall = _init_wall(c) if start is None else 0.0
     if start is None:
         state, start = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1)), 0
         if c.init.params:
@@ -121,7 +122,7 @@ def run(
         state = ckpt.restore(start, exp.abstract_state())
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
-    wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=0.0)
+    wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=init_wall)
     # Rows after the checkpointed step are redone by this run; drop them first.
     writer = writers.MetricWriter(workdir, enabled=main, resume_step=start + 1)
     root = exp.root_key()
@@ -215,6 +216,21 @@ def _warm_start(exp, state, directory: str):
         directory, exp.abstract_state().params, exp.config_json, experiment_lib.INIT_COMPAT_KEYS
     )
     return _start_from(state, params)
+
+
+def _init_wall(c) -> float:
+    """Seconds the warm start took (`init.count_wall`), from its summary.json; else 0."""
+    if not (c.init.params and c.init.get("count_wall", False)):
+        return 0.0
+    path = os.path.join(c.init.params, "summary.json")
+    try:
+        with open(path) as f:
+            return float(json.load(f)["wall_s"])
+    except (OSError, KeyError, ValueError) as e:
+        raise ValueError(
+            f"init.count_wall=True but {path!r} has no wall_s ({e}); allowed: a finished "
+            "scripts/sft.py workdir as init.params, or init.count_wall=False"
+        ) from e
 
 
 def _start_from(state, params):

@@ -1,12 +1,14 @@
 """Warm start: oracle demonstrations in the rollout layout, cloning, and RL from the result."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
 
 from configs import base
 from rl4agents.rollout import rollout as rollout_lib
-from rl4agents.train import experiment, loop, sft
+from rl4agents.train import experiment, loop, sft, writers
 
 
 def tiny_config(**overrides):
@@ -106,6 +108,12 @@ def test_sft__clones_the_oracle_and_rl_starts_from_it(setup, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, warm.ref_params, params)  # KL to the SFT policy
     summary = loop.run(rl, str(tmp_path / "rl"), quiet=True)
     assert summary["finished"]
+    # init.count_wall: the run's clock starts with the warm start's wall time.
+    (tmp_path / "summary.json").write_text(json.dumps({"wall_s": 500.0}))
+    timed = tiny_config(**{"init.params": str(tmp_path), "init.count_wall": True})
+    summary = loop.run(timed, str(tmp_path / "timed"), quiet=True)
+    rows = writers.read_metrics(tmp_path / "timed" / "metrics.jsonl")
+    assert summary["wall_s"] >= 500 and all(r["wall_time"] >= 500 for r in rows)
 
 
 def test_warm_start__incompatible_or_missing_parameters_fail_clearly(setup, tmp_path):
@@ -117,6 +125,9 @@ def test_warm_start__incompatible_or_missing_parameters_fail_clearly(setup, tmp_
         loop._warm_start(wider, wider.init_state(jax.random.key(0)), str(tmp_path))
     with pytest.raises(FileNotFoundError, match="init.params"):
         loop._warm_start(exp, state, str(tmp_path / "nothing"))
+    timed = tiny_config(**{"init.params": str(tmp_path), "init.count_wall": True})
+    with pytest.raises(ValueError, match=r"init.count_wall=True but .*summary.json.* no wall_s"):
+        loop._init_wall(timed)
 
 
 def test_minibatches__each_pass_covers_every_episode_once(setup):
