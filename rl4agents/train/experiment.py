@@ -131,19 +131,26 @@ class Experiment:
     def _eval_fns(self) -> dict:
         return {}
 
+    def eval_rollout_config(
+        self, split: str, greedy: bool, num_tasks: int
+    ) -> rollout_lib.RolloutConfig:
+        """The rollout settings of an evaluation: one sample per task, greedy or sampled, and
+        `train.ood_max_turns` turns on the OOD split when set."""
+        turns = self.config.train.get("ood_max_turns", 0) if split == "ood" else 0
+        return dataclasses.replace(
+            self.step_cfg.rollout,
+            num_tasks=num_tasks,
+            group_size=1,
+            greedy=greedy,
+            max_turns=turns or self.step_cfg.rollout.max_turns,
+        )
+
     def eval_fn(self, split: str, greedy: bool, num_tasks: int):
         """A jitted `(params, seed) -> metrics` that evaluates on `num_tasks` fixed tasks."""
         cache_key = (split, greedy, num_tasks)
         if cache_key not in self._eval_fns:
             env, env_params = self.env.make_split(split)
-            turns = self.config.train.get("ood_max_turns", 0) if split == "ood" else 0
-            rc = dataclasses.replace(
-                self.step_cfg.rollout,
-                num_tasks=num_tasks,
-                group_size=1,
-                greedy=greedy,
-                max_turns=turns or self.step_cfg.rollout.max_turns,
-            )
+            rc = self.eval_rollout_config(split, greedy, num_tasks)
             check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
 
             def run(params, seed):

@@ -172,14 +172,7 @@ class HostExperiment(experiment_lib.Experiment):
     def eval_fn(self, split: str, greedy: bool, num_tasks: int):
         """`(params, seed) -> metrics` on `num_tasks` fixed games of `split` (seeded by `seed`)."""
         pool = self.pool(split)
-        turns = self.config.train.get("ood_max_turns", 0) if split == "ood" else 0
-        rc = dataclasses.replace(
-            self.step_cfg.rollout,
-            num_tasks=num_tasks,
-            group_size=1,
-            greedy=greedy,
-            max_turns=turns or self.step_cfg.rollout.max_turns,
-        )
+        rc = self.eval_rollout_config(split, greedy, num_tasks)
 
         def run(params, seed):
             root = jax.random.key(seed)
