@@ -93,3 +93,11 @@ def test_cli__misspelt_override_fails_with_suggestion(tmp_path):
 def test_mesh__bad_shape_fails():
     with pytest.raises(ValueError, match=r"mesh.shape=\(16, 1, 1\) needs 16 devices"):
         sharding.make_mesh(("data", "fsdp", "tensor"), (16, 1, 1))
+
+
+def test_frozen_lake_sft_variant__the_quickstart_recipe():
+    c = frozen_lake.get_config("sft")
+    assert c.credit.name == "grpo" and c.init.count_wall
+    assert (c.sft.num_demos, c.sft.steps, c.optim.lr, c.loss.entropy_coef) == (2048, 600, 1e-4, 0)
+    assert c.loss.kl_coef > 0  # anchored to the cloned policy
+    assert frozen_lake.get_config().init.count_wall is False
