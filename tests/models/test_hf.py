@@ -452,3 +452,12 @@ def test_train_from_checkpoint__rl_starts_from_the_pretrained_weights(tmp_path):
         experiment.build(config(**{"model.d_model": 32}))
     with pytest.raises(ValueError, match=r"env.vocab='minimal' with model.checkpoint"):
         experiment.build(config(**{"env.vocab": "minimal"}))
+    # Host (Python) environments speak through the checkpoint's tokenizer too.
+    host = config(**{"env.name": "host"})
+    with host.unlocked():
+        host.env.host.factory = "tests.train.test_host_loop:count_factory"
+        host.env.host.max_prompt_len, host.env.host.max_obs_len = 16, 8
+    exp = experiment.build(host)
+    assert isinstance(exp.env.tokenizer, hf_tokenizer.HFTokenizer)
+    summary = loop.run(host, str(tmp_path / "host_run"), quiet=True)
+    assert summary["finished"] and summary["steps"] == 1
