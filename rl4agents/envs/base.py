@@ -64,3 +64,46 @@ def empty_timestep(obs_len: int, anchor: jax.Array, pad_id: int) -> TimeStep:
         valid_action=jnp.ones((), bool),
         success=jnp.zeros((), bool),
     )
+
+
+def in_split_class(task_hash: jax.Array, test_threshold: int, split: jax.Array) -> jax.Array:
+    """bool[]: a task of this hash belongs to `split` (0 train, 1 test, 2 OOD).
+
+    Tasks whose `task_hash % 1000 < test_threshold` form the held-out (test) class; training
+    generates only the other class, and OOD (a differently configured env) takes either.
+    """
+    is_test = task_hash % 1000 < test_threshold
+    return (split == 2) | (is_test == (split == 1))
+
+
+def first_qualifying(
+    key: jax.Array,
+    candidates_fn,
+    fallback: Any,
+    *,
+    num_candidates: int,
+    bits_per_candidate: int,
+    max_rounds: int,
+) -> Any:
+    """The first qualifying candidate task over `while_loop` rounds (procedural generation).
+
+    Round r draws uint32[num_candidates, bits_per_candidate] random bits from
+    `fold_in(key, r)` and calls `candidates_fn(bits) -> (candidates, ok)`: a pytree of
+    `num_candidates` tasks (leading axis) and bool[num_candidates]. The first round with any
+    `ok` gives its first qualifying task; if none of `max_rounds` rounds does, `fallback` (one
+    task, the same pytree structure without the leading axis) is returned.
+    """
+
+    def _round(carry):
+        round_index, _, best = carry
+        shape = (num_candidates, bits_per_candidate)
+        bits = jax.random.bits(jax.random.fold_in(key, round_index), shape, jnp.uint32)
+        candidates, ok = candidates_fn(bits)
+        found = ok.any()
+        chosen = jax.tree.map(lambda x: x[jnp.argmax(ok)], candidates)
+        best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
+        return round_index + 1, found, best
+
+    init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), fallback)
+    _, _, task = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < max_rounds), _round, init)
+    return task

@@ -542,9 +542,9 @@ class Countdown:
         """(int32[N] starting numbers, int32[] target) of the split's class (while_loop rounds)."""
 
         def _qualifies(start, target, in_range):
-            is_test = task_hash(start, target) % 1000 < self.test_threshold
             fits = in_range & (target >= self.min_target) & (target <= self.max_value)
-            return fits & ~jnp.any(start == target) & ((split == 2) | (is_test == (split == 1)))
+            in_class = base.in_split_class(task_hash(start, target), self.test_threshold, split)
+            return fits & ~jnp.any(start == target) & in_class
 
         def _round(carry):
             round_index, _, best = carry

@@ -318,8 +318,8 @@ class FrozenLake:
         n, num = self.size, self.num_candidates
 
         def _qualifies(holes):
-            is_test = layout_hash(holes) % 1000 < self.test_threshold
-            return solvable(holes) & ((split == 2) | (is_test == (split == 1)))
+            in_class = base.in_split_class(layout_hash(holes), self.test_threshold, split)
+            return solvable(holes) & in_class
 
         def _round(carry):
             round_index, _, best = carry

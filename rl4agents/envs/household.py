@@ -757,25 +757,23 @@ class Household:
         """
 
         def _qualifies(task):
-            is_test = task_hash(task) % 1000 < self.test_threshold
             fits = task.obj_inst.max() <= MAX_INSTANCES
             fresh = ~self.goal_holds(task)
-            return fits & fresh & ((split == 2) | (is_test == (split == 1)))
+            in_class = base.in_split_class(task_hash(task), self.test_threshold, split)
+            return fits & fresh & in_class
 
-        def _round(carry):
-            round_index, _, best = carry
-            shape = (self.num_candidates, 2 + 3 * self.num_objects)
-            bits = jax.random.bits(jax.random.fold_in(key, round_index), shape, jnp.uint32)
+        def _candidates(bits):
             tasks = jax.vmap(self._candidate, in_axes=(0, None))(bits, split)
-            ok = jax.vmap(_qualifies)(tasks)
-            found = ok.any()
-            chosen = jax.tree.map(lambda x: x[jnp.argmax(ok)], tasks)
-            best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
-            return round_index + 1, found, best
+            return tasks, jax.vmap(_qualifies)(tasks)
 
-        init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), self._fallback_task())
-        _, _, task = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return task
+        return base.first_qualifying(
+            key,
+            _candidates,
+            self._fallback_task(),
+            num_candidates=self.num_candidates,
+            bits_per_candidate=2 + 3 * self.num_objects,
+            max_rounds=_MAX_ROUNDS,
+        )
 
     def _fallback_task(self) -> HouseholdState:
         """Objects of cycling types on the countertop; goal "put an apple in cabinet"."""

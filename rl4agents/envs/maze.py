@@ -486,8 +486,7 @@ class Maze:
         place_bits = 1 + n * n
 
         def _qualifies(walls):
-            is_test = layout_hash(walls) % 1000 < self.test_threshold
-            return (split == 2) | (is_test == (split == 1))
+            return base.in_split_class(layout_hash(walls), self.test_threshold, split)
 
         def _round(carry):
             round_index, _, best, _ = carry

@@ -450,23 +450,20 @@ class SearchQA:
             people, on = chain(state)
             same = (people[:, None] == people[None, :]) & on[:, None] & on[None, :]
             distinct = same.sum() == on.sum()  # only the diagonal
-            is_test = task_hash(state) % 1000 < self.test_threshold
-            return distinct & ((split == 2) | (is_test == (split == 1)))
+            return distinct & base.in_split_class(task_hash(state), self.test_threshold, split)
 
-        def _round(carry):
-            round_index, _, best = carry
-            shape = (self.num_candidates, self._bits_per_candidate)
-            bits = jax.random.bits(jax.random.fold_in(key, round_index), shape, jnp.uint32)
+        def _candidates(bits):
             states = jax.vmap(self._candidate)(bits)
-            ok = jax.vmap(_qualifies)(states)
-            found = ok.any()
-            chosen = jax.tree.map(lambda x: x[jnp.argmax(ok)], states)
-            best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
-            return round_index + 1, found, best
+            return states, jax.vmap(_qualifies)(states)
 
-        init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), self._fallback())
-        _, _, state = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return state
+        return base.first_qualifying(
+            key,
+            _candidates,
+            self._fallback(),
+            num_candidates=self.num_candidates,
+            bits_per_candidate=self._bits_per_candidate,
+            max_rounds=_MAX_ROUNDS,
+        )
 
     def _fallback(self) -> SearchQAState:
         """A fixed task: the first E names, everyone's manager and friend the next person."""

@@ -394,25 +394,23 @@ class Sokoban:
         """First usable candidate of the split's class over while_loop rounds."""
 
         def _qualifies(room):
-            is_test = room_hash(room) % 1000 < self.test_threshold
             enough_floor = (~room.walls).sum() >= self.num_boxes + 2
             far_enough = box_distance(room) >= self.min_box_distance
-            return enough_floor & far_enough & ((split == 2) | (is_test == (split == 1)))
+            in_class = base.in_split_class(room_hash(room), self.test_threshold, split)
+            return enough_floor & far_enough & in_class
 
-        def _round(carry):
-            round_index, _, best = carry
-            shape = (self.num_candidates, self._bits_per_candidate)
-            bits = jax.random.bits(jax.random.fold_in(key, round_index), shape, jnp.uint32)
+        def _candidates(bits):
             rooms = jax.vmap(self._candidate)(bits)
-            ok = jax.vmap(_qualifies)(rooms)
-            found = ok.any()
-            chosen = jax.tree.map(lambda x: x[jnp.argmax(ok)], rooms)
-            best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
-            return round_index + 1, found, best
+            return rooms, jax.vmap(_qualifies)(rooms)
 
-        init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), self._fallback_room())
-        _, _, room = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return room
+        return base.first_qualifying(
+            key,
+            _candidates,
+            self._fallback_room(),
+            num_candidates=self.num_candidates,
+            bits_per_candidate=self._bits_per_candidate,
+            max_rounds=_MAX_ROUNDS,
+        )
 
     def _fallback_room(self) -> SokobanState:
         """Open room: targets on row 1, boxes below them on row 2, player at (3, 1)."""

@@ -773,25 +773,21 @@ class Terminal:
     def _generate(self, key: jax.Array, split: jax.Array) -> TerminalState:
         """First usable candidate of the split's class over while_loop rounds."""
 
-        def _qualifies(state, usable):
-            is_test = task_hash(state) % 1000 < self.test_threshold
-            return usable & ((split == 2) | (is_test == (split == 1)))
-
-        def _round(carry):
-            round_index, _, best = carry
-            shape = (self.num_candidates, self._bits_per_candidate)
-            bits = jax.random.bits(jax.random.fold_in(key, round_index), shape, jnp.uint32)
+        def _candidates(bits):
             states, usable = jax.vmap(self._candidate)(bits)
-            ok = jax.vmap(_qualifies)(states, usable)
-            found = ok.any()
-            chosen = jax.tree.map(lambda x: x[jnp.argmax(ok)], states)
-            best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
-            return round_index + 1, found, best
+            in_class = jax.vmap(
+                lambda s: base.in_split_class(task_hash(s), self.test_threshold, split)
+            )(states)
+            return states, usable & in_class
 
-        fallback = jax.tree.map(jnp.asarray, self._fallback_state())
-        init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), fallback)
-        _, _, state = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return state
+        return base.first_qualifying(
+            key,
+            _candidates,
+            jax.tree.map(jnp.asarray, self._fallback_state()),
+            num_candidates=self.num_candidates,
+            bits_per_candidate=self._bits_per_candidate,
+            max_rounds=_MAX_ROUNDS,
+        )
 
     def _fallback_state(self) -> TerminalState:
         """A fixed tree for the (astronomically rare) case that no candidate qualified."""

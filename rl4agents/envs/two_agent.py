@@ -474,27 +474,20 @@ class TwoAgent:
             walls = walls.at[start[0], start[1]].set(False).at[goal[0], goal[1]].set(False)
             dist = distance_map(walls, goal)
             d = dist[start[0], start[1]]
-            is_test = map_hash(walls, start, goal) % 1000 < self.test_threshold
             ok = (d >= self.min_distance) & (2 * d <= self.max_steps)
-            ok = ok & ((split == 2) | (is_test == (split == 1)))
+            ok = ok & base.in_split_class(map_hash(walls, start, goal), self.test_threshold, split)
             return self._state(walls, goal, start, dist), ok
-
-        def _round(carry):
-            round_index, _, best = carry
-            bits = jax.random.bits(
-                jax.random.fold_in(key, round_index), (num, n * n + 2), jnp.uint32
-            )
-            states, ok = jax.vmap(_candidate)(bits)
-            found = ok.any()
-            chosen = jax.tree.map(lambda x: x[jnp.argmax(ok)], states)
-            best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
-            return round_index + 1, found, best
 
         walls, goal = jnp.zeros((n, n), bool), jnp.array([n - 1, n - 1], jnp.int32)
         fallback = self._state(walls, goal, jnp.zeros((2,), jnp.int32), distance_map(walls, goal))
-        init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), fallback)
-        _, _, state = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return state
+        return base.first_qualifying(
+            key,
+            jax.vmap(_candidate),
+            fallback,
+            num_candidates=num,
+            bits_per_candidate=n * n + 2,
+            max_rounds=_MAX_ROUNDS,
+        )
 
     def _state(self, walls, goal, pos, dist) -> TwoAgentState:
         return TwoAgentState(
