@@ -468,14 +468,26 @@ def estimate(
 
 def device_memory(config: ml_collections.ConfigDict) -> int | None:
     """Bytes of memory per device: `mesh.device_memory_gb` (GiB) if set, else what the JAX
-    runtime reports (`bytes_limit` of the first local device), else None (CPU: unknown)."""
+    runtime reports (`bytes_limit` of the first local device), else for CPU devices the host's
+    physical memory shared by the local devices, else None (unknown: no check)."""
     gb = config.mesh.get("device_memory_gb", 0.0)
     if gb:
         return int(gb * GIB)
+    import os
+
     import jax
 
-    stats = jax.local_devices()[0].memory_stats() or {}
-    return stats.get("bytes_limit") or None
+    devices = jax.local_devices()
+    stats = devices[0].memory_stats() or {}
+    if stats.get("bytes_limit"):
+        return stats["bytes_limit"]
+    if devices[0].platform == "cpu":  # simulated CPU devices share the host's RAM
+        try:
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, OSError, ValueError):
+            return None
+        return ram // len(devices)
+    return None
 
 
 def check_fits(

@@ -175,3 +175,11 @@ def test_loop__refuses_before_allocating(tmp_path):
     with pytest.raises(ValueError, match=r"does not fit: estimated peak .* > 104.86 KiB"):
         loop.run(config, str(tmp_path), quiet=True)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_device_memory__cpu_devices_share_the_host_ram():
+    import os
+
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert memory.device_memory(tiny_config()) == ram // len(jax.local_devices())
+    assert memory.device_memory(tiny_config(**{"mesh.device_memory_gb": 2.0})) == 2 * memory.GIB
