@@ -48,10 +48,6 @@ class HostEnv:
         del split
         return None
 
-    @property
-    def spec(self) -> host.HostSpec:
-        return host.HostSpec(self.max_prompt_len, self.max_obs_len, self.max_action_len)
-
     def factory_for(self, split: str):
         """`task -> TextEnv` for `split`, or None when the factory has no such split."""
         return registry.make_factory(self.factory, split, dict(self.args))
@@ -142,23 +138,12 @@ class HostExperiment(experiment_lib.Experiment):
         return self.pools[split]
 
     def host_train_step(self, state, key_root: jax.Array):
-        """`(state, key_root) -> (state, metrics)`: host rollout on training seeds, then the
-        jitted update. The update's metrics plus `HostInfo.metrics()` (`host/` keys)."""
-        cfg = self.step_cfg
-        key = jax.random.fold_in(key_root, jax.device_get(state.step))
-        key_rollout, key_perm = jax.random.split(key)
-        seeds = registry.split_seeds(host.task_seeds(key_rollout, cfg.rollout.num_tasks), "train")
-        traj, info = host.host_rollout_info(
-            key_rollout,
-            cfg.graphdef,
-            state.params,
-            self.pool("train"),
-            self.env.tokenizer,
-            cfg.rollout,
-            seeds,
+        """`(state, key_root) -> (state, metrics)`: `host.train.host_train_step` on the training
+        pool (rollout from training seeds, then the jitted update on the mesh)."""
+        state, metrics, _ = host.train.host_train_step(
+            state, key_root, self.pool("train"), self.env.tokenizer, self.step_cfg, self._update
         )
-        state, metrics = self._update(state, traj, key_perm)
-        return state, {**metrics, **info.metrics()}
+        return state, metrics
 
     @functools.cached_property
     def _update(self):

@@ -17,6 +17,7 @@ from flax import nnx
 
 from rl4agents import credit, losses
 from rl4agents.envs.host import pool as pool_lib
+from rl4agents.envs.host import registry
 from rl4agents.envs.host import rollout as host_rollout_lib
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
@@ -120,7 +121,9 @@ def host_train_step(
 
     Args:
       state: the training state (donated to `update_fn`).
-      key_root: the run's root key; the step's key is `fold_in(key_root, state.step)`.
+      key_root: the run's root key; the step's key is `fold_in(key_root, state.step)`, and
+        the games reset from training seeds (`registry.split_seeds`: even; held-out splits
+        use odd ones).
       pool: the environments.
       tokenizer: the run's tokenizer.
       cfg: the step configuration (`step_config`).
@@ -132,8 +135,11 @@ def host_train_step(
     """
     key = jax.random.fold_in(key_root, jax.device_get(state.step))
     key_rollout, key_perm = jax.random.split(key)
+    seeds = registry.split_seeds(
+        host_rollout_lib.task_seeds(key_rollout, cfg.rollout.num_tasks), "train"
+    )
     traj, info = host_rollout_lib.host_rollout_info(
-        key_rollout, cfg.graphdef, state.params, pool, tokenizer, cfg.rollout
+        key_rollout, cfg.graphdef, state.params, pool, tokenizer, cfg.rollout, seeds
     )
     state, metrics = update_fn(state, traj, key_perm)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
