@@ -44,6 +44,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
     c.model.param_dtype = "float32"
     c.model.remat = False
+    # Query block of the teacher-forced pass (the update): each block attends only keys before
+    # its end, skipping the masked half of causal attention (0 = one block).
+    c.model.attn_chunk = 128
     c.model.d_model = 0  # 0 = the preset's value (same for the fields below)
     c.model.num_layers = 0
     c.model.d_ff = 0

@@ -256,7 +256,13 @@ def model_config(
     `vocab_size` is given).
     """
     m = config.model
-    runtime = dict(value_head=m.value_head, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    runtime = dict(
+        value_head=m.value_head,
+        dtype=m.dtype,
+        param_dtype=m.param_dtype,
+        remat=m.remat,
+        attn_chunk=m.attn_chunk,
+    )
     folder = m.get("checkpoint", "")
     if folder:
         from rl4agents.models import hf

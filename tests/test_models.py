@@ -1,5 +1,7 @@
 """Model: presets, value heads, bf16 compute, KV-cache decode equals a full forward."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +45,43 @@ def test_policy__kv_cache_decode_equals_full_forward():
         cache = out.cache
         outs.append(out.logits)
     np.testing.assert_allclose(np.concatenate(outs, 1), np.asarray(full), atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 12])
+def test_policy__causal_query_blocks_equal_one_block(chunk):
+    """attn_chunk only skips masked scores: logits, values and gradients of valid slots match
+    the one-block pass, with padding slots inside the sequence."""
+    b, t = 3, 13
+    tokens = jax.random.randint(jax.random.key(3), (b, t), 0, 50)
+    valid = (jax.random.uniform(jax.random.key(4), (b, t)) < 0.7).at[:, 0].set(True)
+    positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
+    mask = valid[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None]
+    base = policy_lib.make_config("tiny", 50, value_head="separate", attn_chunk=0)
+    graphdef, params = nnx.split(policy_lib.Policy(base, nnx.Rngs(5)))
+    blocked, _ = nnx.split(
+        policy_lib.Policy(dataclasses.replace(base, attn_chunk=chunk), nnx.Rngs(5))
+    )
+
+    def loss(p, gd):
+        out = nnx.merge(gd, p)(tokens, positions, mask, with_values=True)
+        keep = valid[..., None]
+        return jnp.sum(jnp.where(keep, out.logits, 0) ** 2) + jnp.sum(
+            jnp.where(valid, out.values, 0) ** 2
+        ), out
+
+    (l0, ref), g0 = jax.value_and_grad(loss, has_aux=True)(params, graphdef)
+    (l1, out), g1 = jax.value_and_grad(loss, has_aux=True)(params, blocked)
+    v = np.asarray(valid)
+    np.testing.assert_allclose(np.asarray(out.logits)[v], np.asarray(ref.logits)[v], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out.values)[v], np.asarray(ref.values)[v], atol=1e-5)
+    np.testing.assert_allclose(float(l1), float(l0), rtol=1e-5)
+    for a, b_ in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b_), rtol=1e-4, atol=1e-5)
+
+
+def test_policy__bad_attn_chunk_fails():
+    with pytest.raises(ValueError, match=r"model.attn_chunk=-1.*allowed: >= 0"):
+        policy_lib.make_config("tiny", 50, attn_chunk=-1)
 
 
 def test_policy__bf16_compute_close_to_f32():

@@ -48,7 +48,7 @@ SUPPORTED = {
     "qwen3": "Qwen3ForCausalLM",
 }
 # ModelConfig fields that do not change the checkpoint's tensors; callers may set them.
-RUNTIME_FIELDS = ("value_head", "dtype", "param_dtype", "remat")
+RUNTIME_FIELDS = ("value_head", "dtype", "param_dtype", "remat", "attn_chunk")
 # Buffers some older checkpoints carry; recomputed from the config, so skipped.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _TOKENIZER_FILES = (
@@ -168,7 +168,7 @@ def config_from_hf(
       dtype: "float32" or "bfloat16" (or the jnp dtype); both the parameter dtype and the
         compute dtype, unless `overrides` set `dtype`/`param_dtype` separately.
       **overrides: runtime fields of `ModelConfig` (`RUNTIME_FIELDS`: value_head, dtype,
-        param_dtype, remat); architecture fields come from the checkpoint only.
+        param_dtype, remat, attn_chunk); architecture fields come from the checkpoint only.
 
     Returns:
       The ModelConfig (qkv_bias for Qwen2, qk_norm for Qwen3; rope_theta, rope_scaling,

@@ -106,6 +106,7 @@ class Experiment:
             dtype=c.dtype,
             param_dtype=c.param_dtype,
             remat=c.remat,
+            attn_chunk=c.attn_chunk,
         )
         params = nnx.split(policy)[1]
         target = self.abstract_state().params
@@ -231,6 +232,7 @@ def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.M
             dtype=c.model.dtype,
             param_dtype=c.model.param_dtype,
             remat=c.model.remat,
+            attn_chunk=c.model.attn_chunk,
         )
         if cfg.vocab_size != vocab_size:
             raise ValueError(
@@ -245,6 +247,7 @@ def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.M
         dtype=c.model.dtype,
         param_dtype=c.model.param_dtype,
         remat=c.model.remat,
+        attn_chunk=c.model.attn_chunk,
         **overrides,
     )
 

@@ -1,5 +1,6 @@
 """Rollout: recorded log-probs equal a teacher-forced pass; masks are exact."""
 
+import dataclasses
 import functools
 
 import jax
@@ -41,6 +42,19 @@ def test_rollout__logp_equals_teacher_forced_pass():
     )
     # Off the action mask the behaviour log-prob is exactly zero.
     assert np.all(np.asarray(traj.logp_behavior)[~mask] == 0)
+
+
+def test_rollout__logp_equals_teacher_forced_pass_in_query_blocks():
+    """The update's blocked attention (attn_chunk) reproduces the recorded log-probs too."""
+    graphdef, params, traj = _traj()
+    assert traj.tokens.shape[1] > 8
+    cfg = dataclasses.replace(nnx.merge(graphdef, params).cfg, attn_chunk=4)
+    blocked, _ = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
+    scores = rollout_lib.score(nnx.merge(blocked, params), traj.tokens, traj.valid_mask)
+    mask = np.asarray(traj.action_mask)
+    np.testing.assert_allclose(
+        np.asarray(scores.logp)[mask], np.asarray(traj.logp_behavior)[mask], atol=2e-5
+    )
 
 
 def test_rollout__teacher_forced_pass_ignores_padding_content():
