@@ -282,7 +282,12 @@ class MLP(nnx.Module):
         self.dtype = _dtype(cfg.dtype)
 
     def __call__(self, x):
-        h = jax.nn.silu(self.gate_proj(x).astype(self.dtype)) * self.up_proj(x).astype(self.dtype)
+        # Gate and up projections as one matmul (as nnx.Linear computes each: inputs and kernel
+        # promoted to a common dtype); one wide product is faster forward and backward.
+        w = jnp.concatenate([self.gate_proj.kernel[...], self.up_proj.kernel[...]], axis=1)
+        ct = jnp.promote_types(x.dtype, w.dtype)
+        gate, up = jnp.split(jnp.dot(x.astype(ct), w.astype(ct)).astype(self.dtype), 2, axis=-1)
+        h = jax.nn.silu(gate) * up
         return self.down_proj(h).astype(self.dtype)
 
 
