@@ -66,6 +66,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.context = "full"  # "full" history | "window": prompt + the last k turns per turn
     c.rollout.window_turns = 2  # k for context="window"
     c.rollout.max_episode_tokens = 0  # action-token budget per episode (0 = none)
+    # context="full": run the K turns in this many groups, each with a KV cache only as long as
+    # its turns need (early turns skip attending empty slots; each group compiles its own turn).
+    c.rollout.turn_groups = 1
 
     c.credit = ml_collections.ConfigDict()
     c.credit.name = "grpo"

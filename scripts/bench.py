@@ -245,8 +245,9 @@ def _bench_model(vocab_size: int) -> policy_lib.ModelConfig:
     return policy_lib.make_config("bench", vocab_size)
 
 
-def our_jobs(mesh) -> dict[str, OurJob]:
-    """The four peer jobs in rl4agents (compiled lazily on their first run)."""
+def our_jobs(mesh, turn_groups: int = 1) -> dict[str, OurJob]:
+    """The four peer jobs in rl4agents (compiled lazily on their first run); the multi-turn
+    ones run their turns in `turn_groups` groups with growing KV caches."""
     model_cfg = _bench_model(peer_single.VOCAB)
     graphdef, params = nnx.split(policy_lib.Policy(model_cfg, nnx.Rngs(0)))
     params = jax.device_put(params, sharding.replicated(mesh))
@@ -295,16 +296,22 @@ def our_jobs(mesh) -> dict[str, OurJob]:
     # (b) multi-turn FrozenLake: 4 maps x 8 samples, 8 turns, 16 action tokens.
     lake = peer_lake.PeerLake()
     mt_cfg = rollout_lib.RolloutConfig(
-        num_tasks=peer_lake.NUM_MAPS, group_size=8, max_turns=peer_lake.MAX_TURNS, max_action_len=16
+        num_tasks=peer_lake.NUM_MAPS,
+        group_size=8,
+        max_turns=peer_lake.MAX_TURNS,
+        max_action_len=16,
+        turn_groups=turn_groups,
     )
     rollout_job(
         "mt_rollout",
-        "rl4agents rollout (jitted, KV cache kept)",
+        f"rl4agents rollout (jitted, KV cache kept, {turn_groups} turn groups)",
         lake,
         mt_cfg,
         task_keys=peer_lake.task_keys(peer_lake.NUM_MAPS),
     )
-    step_job("mt_grpo", "rl4agents train_step (multi-turn)", lake, mt_cfg)
+    step_job(
+        "mt_grpo", f"rl4agents train_step (multi-turn, {turn_groups} turn groups)", lake, mt_cfg
+    )
     return out
 
 
@@ -340,7 +347,7 @@ def bench_vs_peers(args, mesh) -> dict:
         else:
             run_peers[job.name] = job
     scripts = peers.stage_scripts(scripts_src, args.scratch) if run_peers else None
-    ours = our_jobs(mesh)
+    ours = our_jobs(mesh, args.turn_groups)
     families = [f for f in _ORDER if not args.only or f in args.only.split(",")]
     results = {name: [] for name in [*ours, *run_peers]}
     for rnd in range(args.rounds):
@@ -572,6 +579,12 @@ def main(argv=None) -> int:
         help="--vs-peers: comma list of job families: gen,grpo,mt_rollout,mt_grpo",
     )
     ap.add_argument("--skip-peers", action="store_true", help="--vs-peers: run only ours")
+    ap.add_argument(
+        "--turn-groups",
+        type=int,
+        default=4,
+        help="--vs-peers: rollout.turn_groups of our multi-turn jobs (1 = one cache of T slots)",
+    )
     ap.add_argument(
         "--seeds",
         type=int,

@@ -38,6 +38,10 @@ class RolloutConfig:
     context: str = "full"  # "full" history | "window" of the last `window_turns` turns
     window_turns: int = 2  # k for context="window"
     max_episode_tokens: int = 0  # action tokens per episode at most (0 = no budget)
+    # context="full": the K turns run in this many consecutive groups, each with a KV cache
+    # just long enough for its turns, so early turns do not attend over empty slots (the cache
+    # grows between groups; each group compiles its own copy of the turn).
+    turn_groups: int = 1
 
     @property
     def batch_size(self) -> int:
@@ -82,6 +86,18 @@ def make_layout(env, cfg: RolloutConfig) -> Layout:
             )
         turns = min(turns, (cfg.max_context_len - prompt) // (action + obs))
     return Layout(prompt, action, obs, turns, prompt + turns * (action + obs))
+
+
+def turn_group_bounds(lay: Layout, groups: int) -> list[tuple[int, int, int]]:
+    """(first turn, end turn, cache length) of each turn group of a context="full" rollout.
+
+    The turns are split as evenly as possible into min(groups, K) groups; a group's cache
+    holds the prompt and every slot up to the end of its last turn's observation.
+    """
+    n = max(1, min(groups, lay.turns))
+    ends = [round(lay.turns * (i + 1) / n) for i in range(n)]
+    starts = [0, *ends[:-1]]
+    return [(k0, k1, lay.prompt + k1 * (lay.action + lay.obs)) for k0, k1 in zip(starts, ends)]
 
 
 def window_row_length(env, cfg: RolloutConfig) -> int:
@@ -225,6 +241,8 @@ def rollout_rows(
     window = cfg.context == "window"
     if window and cfg.window_turns < 1:
         raise ValueError(f"rollout.window_turns={cfg.window_turns}; allowed: >= 1")
+    if cfg.turn_groups < 1:
+        raise ValueError(f"rollout.turn_groups={cfg.turn_groups}; allowed: >= 1")
     model = nnx.merge(graphdef, params)
     lay = make_layout(env, cfg)
     b, g = cfg.batch_size, cfg.group_size
@@ -248,18 +266,35 @@ def rollout_rows(
     prompt_tokens = jnp.where(prompt_valid, prompt_tokens, pad)
     row_len = window_row_length(env, cfg) if window else lay.length
     ctx_len = row_len - lay.action  # window: slots before the action slots of a row
+    groups = [(0, lay.turns, row_len)] if window else turn_group_bounds(lay, cfg.turn_groups)
 
-    def fresh_ctx():
+    def fresh_ctx(length=row_len):
         return shard(
             _Ctx(
-                cache=policy_lib.init_cache(model.cfg, b, row_len),
-                key_valid=jnp.zeros((b, row_len), bool),
+                cache=policy_lib.init_cache(model.cfg, b, length),
+                key_valid=jnp.zeros((b, length), bool),
                 count=jnp.zeros((b,), jnp.int32),
                 logits=jnp.zeros((b, model.cfg.vocab_size), jnp.float32),
             )
         )
 
-    ctx = None if window else _write(model, fresh_ctx(), prompt_tokens, prompt_valid, 0)
+    def grow(ctx: _Ctx, length: int) -> _Ctx:  # pad the cache's slot axis to `length`
+        extra = length - ctx.key_valid.shape[1]
+        if extra == 0:
+            return ctx
+        cache = tuple(
+            policy_lib.LayerCache(
+                jnp.pad(c.k, ((0, 0), (0, 0), (0, 0), (0, extra))),
+                jnp.pad(c.v, ((0, 0), (0, 0), (0, extra), (0, 0))),
+            )
+            for c in ctx.cache
+        )
+        key_valid = jnp.pad(ctx.key_valid, ((0, 0), (0, extra)))
+        return shard(ctx._replace(cache=cache, key_valid=key_valid))
+
+    ctx = None
+    if not window:
+        ctx = _write(model, fresh_ctx(groups[0][2]), prompt_tokens, prompt_valid, 0)
     sample_fn = functools.partial(
         sampling.sample,
         temperature=cfg.temperature,
@@ -363,7 +398,14 @@ def rollout_rows(
         ts.anchor,
         jnp.zeros((b,), jnp.int32),
     )
-    final, (turns, rows) = jax.lax.scan(_turn_step, init, jnp.arange(lay.turns))
+    carry, parts = init, []
+    for k0, k1, length in groups:
+        if not window:
+            carry = (grow(carry[0], length), *carry[1:])
+        carry, part = jax.lax.scan(_turn_step, carry, jnp.arange(k0, k1))
+        parts.append(part)
+    final = carry
+    turns, rows = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
     done, success = final[4], final[5]
 
     def _flat(x):  # [K, B, A+O] -> [B, K*(A+O)]

@@ -360,6 +360,8 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     config_utils.check_choice("rollout.context", c.rollout.context, ("full", "window"))
     if c.rollout.context == "window" and c.rollout.window_turns < 1:
         raise ValueError(f"rollout.window_turns={c.rollout.window_turns}; allowed: >= 1")
+    if c.rollout.turn_groups < 1:
+        raise ValueError(f"rollout.turn_groups={c.rollout.turn_groups}; allowed: >= 1")
     if c.rollout.max_episode_tokens < 0:
         raise ValueError(
             f"rollout.max_episode_tokens={c.rollout.max_episode_tokens}; allowed: >= 0 (0 = none)"
@@ -383,6 +385,7 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         context=c.rollout.context,
         window_turns=c.rollout.window_turns,
         max_episode_tokens=c.rollout.max_episode_tokens,
+        turn_groups=c.rollout.turn_groups,
     )
     rollout_lib.make_layout(env, rollout_cfg)  # raises if one turn does not fit
     if mesh is None:

@@ -57,6 +57,34 @@ def test_rollout__logp_equals_teacher_forced_pass_in_query_blocks():
     )
 
 
+@pytest.mark.parametrize("groups", [2, 4])
+def test_rollout__turn_groups_give_the_same_episodes(groups):
+    """A growing cache (turn groups) changes what is computed, not what is sampled."""
+    graphdef, params, traj = _traj()
+    cfg = dataclasses.replace(CFG, turn_groups=groups)
+    grouped = jax.jit(
+        lambda key, p: rollout_lib.rollout(key, graphdef, p, ENV, ENV.default_params(), cfg)
+    )(jax.random.key(0), params)
+    for name in ("tokens", "valid_mask", "action_mask", "turn_rewards", "done", "anchors"):
+        np.testing.assert_array_equal(getattr(grouped, name), getattr(traj, name), err_msg=name)
+    np.testing.assert_allclose(grouped.logp_behavior, traj.logp_behavior, atol=1e-5)
+
+
+def test_turn_group_bounds__cover_all_turns_with_growing_caches():
+    lay = rollout_lib.Layout(prompt=5, action=3, obs=4, turns=8, length=5 + 8 * 7)
+    assert rollout_lib.turn_group_bounds(lay, 1) == [(0, 8, 61)]
+    assert rollout_lib.turn_group_bounds(lay, 3) == [(0, 3, 26), (3, 5, 40), (5, 8, 61)]
+    assert rollout_lib.turn_group_bounds(lay, 20) == [(k, k + 1, 5 + (k + 1) * 7) for k in range(8)]
+    with pytest.raises(ValueError, match=r"rollout.turn_groups=0; allowed: >= 1"):
+        rollout_lib.rollout_rows(
+            jax.random.key(0),
+            *_setup()[:2],
+            ENV,
+            ENV.default_params(),
+            dataclasses.replace(CFG, turn_groups=0),
+        )
+
+
 def test_rollout__teacher_forced_pass_ignores_padding_content():
     graphdef, params, traj = _traj(1)
     model = nnx.merge(graphdef, params)
