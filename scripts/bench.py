@@ -531,6 +531,95 @@ def print_vs_peers(res: dict) -> None:
 # ----- main -------------------------------------------------------------------------------
 
 
+def matmul_rate(mesh, repeats: int = 5) -> dict:
+    """The machine's dense f32 matmul rate (GFLOP/s, all devices of `mesh` together) on the
+    benchmark model's three matmul shapes (d_model -> gate+up, d_ff -> d_model, d_model ->
+    d_model), 8,192 rows per device, jitted and sharded like the rollout's batch."""
+    cfg = _bench_model(peer_single.VOCAB)
+    rows = 8192 * mesh.size
+    out = {}
+    for k, n in ((cfg.d_model, 2 * cfg.d_ff), (cfg.d_ff, cfg.d_model), (cfg.d_model, cfg.d_model)):
+        x = jax.device_put(jnp.ones((rows, k)) * 0.01, sharding.batch_sharding(mesh, 2))
+        w = jax.device_put(jnp.ones((k, n)) * 0.01, sharding.replicated(mesh))
+        fn = jax.jit(lambda x, w: x @ w)
+        timing, _ = jobs.time_calls(lambda i, fn=fn, x=x, w=w: fn(x, w), repeats)
+        out[f"{k}x{n}"] = 2 * rows * k * n / timing.min / 1e9
+    return out
+
+
+def compute_floors(res: dict, mesh) -> dict:
+    """Lower bounds on each job's time: its dense matmul work (every context token through the
+    model once while sampling, plus forward and backward, ~3x, over the final sequences in a
+    GRPO step; attention, softmax and everything else left out) at the best measured matmul
+    rate. A target whose required time is below its job's floor cannot be met here."""
+    cfg = _bench_model(peer_single.VOCAB)
+    _, params = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(cfg, nnx.Rngs(0))))
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    per_token = 2 * sum(x.size for path, x in flat if "kernel" in sharding.path_str(path))
+    rates = matmul_rate(mesh)
+    best = max(rates.values())
+    mt = res["summary"].get("mt_rollout", {}).get("ours") or {}
+    mt_tokens = mt.get("context_tokens")  # valid tokens of the 32 episodes (random weights)
+    tokens = {"gen": 32 * 128, "grpo": 32 * 128 * 4}
+    if mt_tokens:
+        tokens.update(mt_rollout=mt_tokens, mt_grpo=4 * mt_tokens)
+    floors = {}
+    for fam, n in tokens.items():
+        gflop = per_token * n / 1e9
+        floors[fam] = dict(tokens=n, gflop=gflop, floor_s=gflop / best)
+    return dict(
+        matmul_gflops=rates,
+        best_gflops=best,
+        flop_per_token=per_token,
+        floors=floors,
+    )
+
+
+def print_floors(res: dict) -> None:
+    fl = res["floors"]
+    rates = ", ".join(f"{k}: {v:.0f}" for k, v in fl["matmul_gflops"].items())
+    print(
+        f"\nCompute floors: dense f32 matmul rate measured now (GFLOP/s, all devices) {rates}; "
+        f"{fl['flop_per_token'] / 1e6:.2f} MFLOP per token (matmuls only)"
+    )
+    rows = []
+    for fam, f in fl["floors"].items():
+        ours = res["summary"].get(fam, {}).get("ours")
+        target = next((t for t in peers.TARGETS if t[0] == fam), None)
+        need = "-"
+        peer_row = res["summary"].get(fam, {}).get("peers", {}).get(target[1]) if target else None
+        if peer_row and peer_row.get("peer"):
+            peer_s = peer_row["peer"]["median_s"]
+            req = peer_s / target[2]
+            verdict = "below the floor" if req < f["floor_s"] else "above the floor"
+            need = f"{req:.3f} ({target[2]:.0f}x {target[1]}; {verdict})"
+        rows.append(
+            [
+                fam,
+                f"{f['tokens']:,}",
+                f"{f['gflop']:.1f}",
+                f"{f['floor_s']:.3f}",
+                _fmt_s(ours) if ours else "-",
+                f"{ours['median_s'] / f['floor_s']:.2f}x" if ours else "-",
+                need,
+            ]
+        )
+    print(
+        _table(
+            [
+                "job",
+                "token passes",
+                "GFLOP",
+                "floor s",
+                "ours s",
+                "ours / floor",
+                "target needs s",
+            ],
+            rows,
+        )
+    )
+
+
 def meta(args) -> dict:
     return dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"),
@@ -617,6 +706,8 @@ def main(argv=None) -> int:
     if args.vs_peers:
         mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
         res["vs_peers"] = bench_vs_peers(args, mesh)
+        log("measuring the dense matmul rate for the compute floors")
+        res["vs_peers"]["floors"] = compute_floors(res["vs_peers"], mesh)
     elif args.meshes:
         res["meshes"] = bench_meshes(args)
         if args.json:
@@ -640,16 +731,19 @@ def main(argv=None) -> int:
         f"repeats {args.repeats}"
     )
     load = (res["meta"]["loadavg_start"][0], res["meta"]["loadavg_end"][0])
-    if max(load) > 0.5 * (os.cpu_count() or 1):
+    # The end figure includes this benchmark's own processes, so only the start one tells
+    # whether something else was running.
+    if load[0] > 0.5 * (os.cpu_count() or 1):
         print(
-            f"note: load average {load[0]:.2f} at start, {load[1]:.2f} at end on "
-            f"{os.cpu_count()} cores: other processes shared the machine, so absolute times "
-            "are inflated (compare engines measured in the same run)"
+            f"note: load average {load[0]:.2f} at start ({load[1]:.2f} at end, this run "
+            f"included) on {os.cpu_count()} cores: other processes shared the machine, so "
+            "absolute times are inflated (compare engines measured in the same run)"
         )
     if "default" in res:
         print_default(res["default"])
     if "vs_peers" in res:
         print_vs_peers(res["vs_peers"])
+        print_floors(res["vs_peers"])
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

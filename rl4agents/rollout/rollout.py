@@ -227,11 +227,13 @@ def rollout_rows(
     """`rollout`, also returning the step rows the policy saw under context="window".
 
     context="full": one KV cache holds the whole history; each turn samples after it and the
-    observation is prefilled into it. context="window" (methods.md 1.1 B): each turn's context
-    is rebuilt from the prompt, the last `window_turns` turn blocks and nothing else, and
-    prefilled into a fresh cache of L slots (`window_row_length`); the turn's actions are
-    sampled after it. `max_episode_tokens` caps the action tokens of an episode in both modes:
-    a turn stops sampling at the budget and an episode with no budget left ends, truncated.
+    observation is prefilled into it. The G samples of a task share its reset, so the prompt is
+    prefilled once per task and the cache copied to its G rows. context="window" (methods.md
+    1.1 B): each turn's context is rebuilt from the prompt, the last `window_turns` turn blocks
+    and nothing else, and prefilled into a fresh cache of L slots (`window_row_length`); the
+    turn's actions are sampled after it. `max_episode_tokens` caps the action tokens of an
+    episode in both modes: a turn stops sampling at the budget and an episode with no budget
+    left ends, truncated.
 
     Returns:
       (Trajectory, StepRows) under context="window"; (Trajectory, None) under "full".
@@ -268,15 +270,14 @@ def rollout_rows(
     ctx_len = row_len - lay.action  # window: slots before the action slots of a row
     groups = [(0, lay.turns, row_len)] if window else turn_group_bounds(lay, cfg.turn_groups)
 
-    def fresh_ctx(length=row_len):
-        return shard(
-            _Ctx(
-                cache=policy_lib.init_cache(model.cfg, b, length),
-                key_valid=jnp.zeros((b, length), bool),
-                count=jnp.zeros((b,), jnp.int32),
-                logits=jnp.zeros((b, model.cfg.vocab_size), jnp.float32),
-            )
+    def fresh_ctx(length=row_len, rows=b):
+        ctx = _Ctx(
+            cache=policy_lib.init_cache(model.cfg, rows, length),
+            key_valid=jnp.zeros((rows, length), bool),
+            count=jnp.zeros((rows,), jnp.int32),
+            logits=jnp.zeros((rows, model.cfg.vocab_size), jnp.float32),
         )
+        return shard(ctx) if rows == b else ctx
 
     def grow(ctx: _Ctx, length: int) -> _Ctx:  # pad the cache's slot axis to `length`
         extra = length - ctx.key_valid.shape[1]
@@ -293,8 +294,11 @@ def rollout_rows(
         return shard(ctx._replace(cache=cache, key_valid=key_valid))
 
     ctx = None
-    if not window:
-        ctx = _write(model, fresh_ctx(groups[0][2]), prompt_tokens, prompt_valid, 0)
+    if not window:  # the G samples of a task share its prompt: prefill it once per task
+        first = jnp.arange(cfg.num_tasks) * g
+        ctx = fresh_ctx(groups[0][2], rows=cfg.num_tasks)
+        ctx = _write(model, ctx, prompt_tokens[first], prompt_valid[first], 0)
+        ctx = shard(jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), ctx))
     sample_fn = functools.partial(
         sampling.sample,
         temperature=cfg.temperature,
