@@ -79,6 +79,34 @@ def test_policy__causal_query_blocks_equal_one_block(chunk):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b_), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("value_head", ["none", "shared", "separate"])
+def test_policy__rows_equal_gathered_full_outputs(value_head):
+    """Outputs at `rows` only (the prefill shortcut) equal the full pass gathered there; with a
+    cache, every slot's keys and values are still written."""
+    cfg = policy_lib.make_config("tiny", 50, value_head=value_head)
+    model = policy_lib.Policy(cfg, nnx.Rngs(6))
+    tokens, positions, mask = _inputs(b=3, t=12)
+    rows = jnp.asarray([[11], [4], [0]], jnp.int32)
+    if value_head == "none":  # prefill into a cache longer than the chunk
+        cache = policy_lib.init_cache(cfg, 3, 16)
+        mask = jnp.pad(mask, ((0, 0), (0, 0), (0, 4)))
+        full = model(tokens, positions, mask, cache, 0)
+        part = model(tokens, positions, mask, cache, 0, rows=rows)
+        for a, b in zip(jax.tree.leaves(part.cache), jax.tree.leaves(full.cache)):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+    else:
+        full = model(tokens, positions, mask, with_values=True)
+        part = model(tokens, positions, mask, with_values=True, rows=rows)
+        assert part.values.shape == (3, 1)
+        np.testing.assert_allclose(
+            part.values, jnp.take_along_axis(full.values, rows, 1), atol=1e-5
+        )
+    assert part.logits.shape == (3, 1, 50)
+    np.testing.assert_allclose(
+        part.logits, jnp.take_along_axis(full.logits, rows[..., None], axis=1), atol=1e-5
+    )
+
+
 def test_policy__bad_attn_chunk_fails():
     with pytest.raises(ValueError, match=r"model.attn_chunk=-1.*allowed: >= 0"):
         policy_lib.make_config("tiny", 50, attn_chunk=-1)

@@ -230,16 +230,23 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(hd, cfg.norm_eps, pd)
             self.k_norm = RMSNorm(hd, cfg.norm_eps, pd)
 
-    def __call__(self, x, positions, mask, cache: LayerCache | None, write_index):
+    def __call__(self, x, positions, mask, cache: LayerCache | None, write_index, rows=None):
+        """Keys and values of all S slots; queries (and outputs) at `rows` (int32[B, R]) only,
+        or at every slot."""
         cfg = self.cfg
         dt = _dtype(cfg.dtype)
         b, s, _ = x.shape
-        q = self.q_proj(x).astype(dt).reshape(b, s, cfg.num_heads, cfg.head_dim)
         k = self.k_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
+        q_pos = positions
+        if rows is not None:
+            x = jnp.take_along_axis(x, rows[..., None], axis=1)
+            q_pos = jnp.take_along_axis(positions, rows, axis=1)
+            mask = jnp.take_along_axis(mask, rows[..., None], axis=1)
+        q = self.q_proj(x).astype(dt).reshape(b, x.shape[1], cfg.num_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = rope(q, positions, cfg.rope_theta, cfg.rope_scaling)
+        q = rope(q, q_pos, cfg.rope_theta, cfg.rope_scaling)
         k = rope(k, positions, cfg.rope_theta, cfg.rope_scaling)
         # The cache layout (see `attend`): keys [B, KV, hd, T], values [B, KV, T, hd].
         k = jnp.transpose(k, (0, 2, 3, 1))
@@ -255,9 +262,9 @@ class Attention(nnx.Module):
         else:
             k_all, v_all = k, v
         groups = cfg.num_heads // cfg.num_kv_heads
-        q = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim)
+        q = q.reshape(b, q.shape[1], cfg.num_kv_heads, groups, cfg.head_dim)
         chunk = cfg.attn_chunk
-        if cache is None and chunk and s > chunk:
+        if cache is None and rows is None and chunk and s > chunk:
             # Causal query blocks: block [c0, c1) can only attend keys before c1, so the
             # scores of later keys (all masked) are never computed.
             out = jnp.concatenate(
@@ -269,7 +276,7 @@ class Attention(nnx.Module):
             )
         else:
             out = attend(q, k_all, v_all, mask, dt)
-        out = out.reshape(b, s, cfg.num_heads * cfg.head_dim)
+        out = out.reshape(b, q.shape[1], cfg.num_heads * cfg.head_dim)
         return self.o_proj(out).astype(dt), cache
 
 
@@ -299,8 +306,10 @@ class Block(nnx.Module):
         self.post_attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
         self.mlp = MLP(cfg, rngs)
 
-    def __call__(self, x, positions, mask, cache, write_index):
-        h, cache = self.attn(self.input_norm(x), positions, mask, cache, write_index)
+    def __call__(self, x, positions, mask, cache, write_index, rows=None):
+        h, cache = self.attn(self.input_norm(x), positions, mask, cache, write_index, rows)
+        if rows is not None:
+            x = jnp.take_along_axis(x, rows[..., None], axis=1)
         x = x + h
         x = x + self.mlp(self.post_attn_norm(x))
         return x, cache
@@ -322,15 +331,21 @@ class Decoder(nnx.Module):
         self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
 
-    def __call__(self, tokens, positions, mask, cache=None, write_index=0):
+    def __call__(self, tokens, positions, mask, cache=None, write_index=0, rows=None):
+        """Hidden states [B, S, D], or [B, R, D] at `rows` (int32[B, R]): the last layer then
+        computes its queries, attention output and MLP at those slots only."""
         x = self.embed(tokens).astype(_dtype(self.cfg.dtype))
         new_cache = []
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
+            layer_rows = rows if i == last else None
             if self.cfg.remat and cache is None:
-                x, c = nnx.remat(lambda blk, *a: blk(*a))(layer, x, positions, mask, None, 0)
+                x, c = nnx.remat(lambda blk, *a: blk(*a))(
+                    layer, x, positions, mask, None, 0, layer_rows
+                )
             else:
-                x, c = layer(x, positions, mask, layer_cache, write_index)
+                x, c = layer(x, positions, mask, layer_cache, write_index, layer_rows)
             new_cache.append(c)
         return self.final_norm(x), (None if cache is None else tuple(new_cache))
 
@@ -367,6 +382,7 @@ class Policy(nnx.Module):
         cache: tuple[LayerCache, ...] | None = None,
         write_index: jax.Array | int = 0,
         with_values: bool = False,
+        rows: jax.Array | None = None,
     ) -> Output:
         """Forward pass.
 
@@ -382,16 +398,20 @@ class Policy(nnx.Module):
             `write_index` before attending.
           write_index: int32[] slot where this chunk starts in the cache.
           with_values: also return the value head's output.
+          rows: optional int32[B, R]: return outputs at these slots only (every slot's keys
+            and values still enter the cache). A prefill that needs the last token's logits
+            skips the last layer's queries, attention output and MLP everywhere else.
 
         Returns:
-          Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None).
+          Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None), with
+          R in place of S given `rows`.
         """
-        hidden, cache = self.model(tokens, positions, mask, cache, write_index)
+        hidden, cache = self.model(tokens, positions, mask, cache, write_index, rows)
         values = None
         if with_values and self.cfg.value_head == "shared":
             values = self.value_proj(hidden).astype(jnp.float32)[..., 0]
         elif with_values and self.cfg.value_head == "separate":
-            critic_hidden, _ = self.critic(tokens, positions, mask)
+            critic_hidden, _ = self.critic(tokens, positions, mask, rows=rows)
             values = self.value_proj(critic_hidden).astype(jnp.float32)[..., 0]
         return Output(self.logits(hidden), values, cache)
 

@@ -156,10 +156,11 @@ def _write(model, ctx: _Ctx, tokens, valid, start) -> _Ctx:
     positions = jnp.maximum(positions, 0)
     slots = start + jnp.arange(s)
     mask = key_valid[:, None, :] & (jnp.arange(length)[None, None, :] <= slots[None, :, None])
-    out = model(tokens, positions, mask, ctx.cache, start)
     n_valid = valid.sum(axis=1)
     last = jnp.maximum(jnp.max(jnp.where(valid, jnp.arange(s), -1), axis=1), 0)
-    last_logits = jnp.take_along_axis(out.logits, last[:, None, None], axis=1)[:, 0]
+    # Only the last valid token's logits are needed: a prefill computes the last layer there.
+    out = model(tokens, positions, mask, ctx.cache, start, rows=last[:, None] if s > 1 else None)
+    last_logits = out.logits[:, 0]
     logits = jnp.where((n_valid > 0)[:, None], last_logits, ctx.logits)
     return _Ctx(out.cache, key_valid, ctx.count + n_valid.astype(jnp.int32), logits)
 
