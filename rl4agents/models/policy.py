@@ -202,8 +202,7 @@ def attend(q, k, v, mask, dtype):
       [B, S, KV, G, hd]. Scores and softmax are f32. The G heads of a key/value head are
       folded into the query rows and the keys are stored transposed, so both products are
       plain row-major matmuls batched over (B, KV) that read the cache as it lies: a decode
-      step does not repack or copy the cache (a 5-D einsum over [B, KV, T, hd] keys did, and
-      cost 5x more per cached slot).
+      step does not repack or copy the cache (a 5-D einsum over [B, KV, T, hd] keys did).
     """
     b, s, n, g, hd = q.shape
     t = mask.shape[-1]
@@ -394,8 +393,7 @@ class Policy(nnx.Module):
             without a cache, queries are processed in blocks of `attn_chunk` that never read
             later keys.
           cache: per-layer KV cache (k [B, KV, hd, T], v [B, KV, T, hd]); the S new keys are
-            written at
-            `write_index` before attending.
+            written at `write_index` before attending.
           write_index: int32[] slot where this chunk starts in the cache.
           with_values: also return the value head's output.
           rows: optional int32[B, R]: return outputs at these slots only (every slot's keys
