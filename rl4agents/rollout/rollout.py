@@ -15,8 +15,10 @@ import dataclasses
 import functools
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from rl4agents.models import policy as policy_lib
@@ -86,6 +88,13 @@ def make_layout(env, cfg: RolloutConfig) -> Layout:
             )
         turns = min(turns, (cfg.max_context_len - prompt) // (action + obs))
     return Layout(prompt, action, obs, turns, prompt + turns * (action + obs))
+
+
+def action_slots(lay: Layout) -> np.ndarray:
+    """int32[K * A]: the slots of the K action blocks in the full-history layout (every slot
+    an action token can occupy: slot `P + k (A + O) + a`)."""
+    k, a = np.meshgrid(np.arange(lay.turns), np.arange(lay.action), indexing="ij")
+    return (lay.prompt + k * (lay.action + lay.obs) + a).reshape(-1).astype(np.int32)
 
 
 def turn_group_bounds(lay: Layout, groups: int) -> list[tuple[int, int, int]]:
@@ -480,6 +489,7 @@ def score(
     valid_mask: jax.Array,
     temperature: float = 1.0,
     with_values: bool = False,
+    slots: jax.Array | None = None,
 ) -> Scores:
     """Teacher-forced pass over final trajectories in the slot layout.
 
@@ -489,19 +499,44 @@ def score(
       valid_mask: bool[B, T].
       temperature: the sampling temperature (log-probs use logits / temperature).
       with_values: also evaluate the value head.
+      slots: optional int32[B, R], distinct slots per row: score these slots only (e.g. the
+        action slots a loss reads). The last layer then computes its queries, attention
+        output and MLP, and the LM head and log-softmax run, at the R slots that predict them
+        only; every slot still enters the keys and values. The other slots get 0.
 
     Returns:
       Scores: per-slot log-prob of the slot's token, entropy of its predicting distribution and
       the value of the state before it, all read at the previous valid slot; 0 where a slot has
-      no previous valid slot.
+      no previous valid slot (or is not in `slots`). With `slots`, the scored slots equal those
+      of the full pass (up to float summation order).
     """
     b, t = tokens.shape
     positions = jnp.maximum(jnp.cumsum(valid_mask, axis=1) - 1, 0)
     causal = jnp.tril(jnp.ones((t, t), bool))
     mask = valid_mask[:, None, :] & causal[None]
+    prev, nxt = neighbour_slots(valid_mask)
+    if slots is not None:
+        chex.assert_shape(slots, (b, None))
+        src = jnp.take_along_axis(prev, slots, axis=1)  # [B, R] the predicting slots
+        has_prev = src >= 0
+        src = jnp.maximum(src, 0)
+        out = model(tokens, positions, mask, with_values=with_values, rows=src)
+        logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, R, V]
+        # the token each predicting slot predicts: its next valid slot's (as the full pass)
+        target = jnp.take_along_axis(
+            tokens, jnp.minimum(jnp.take_along_axis(nxt, src, axis=1), t - 1), axis=1
+        )
+        logp = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
+        ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+        rows = jnp.arange(b)[:, None]
+
+        def put(x):
+            return jnp.zeros((b, t), x.dtype).at[rows, slots].set(jnp.where(has_prev, x, 0.0))
+
+        values = None if out.values is None else put(out.values)
+        return Scores(put(logp), put(ent), values)
     out = model(tokens, positions, mask, with_values=with_values)
     logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, T, V]
-    prev, nxt = neighbour_slots(valid_mask)
     target = jnp.take_along_axis(tokens, jnp.minimum(nxt, t - 1), axis=1)
     logp_src = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
     ent_src = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)

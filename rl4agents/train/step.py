@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -83,10 +84,13 @@ class Batch(NamedTuple):
     advantages: jax.Array  # f32[B, T]
     returns: jax.Array  # f32[B, T] (zeros without a critic)
     values_old: jax.Array  # f32[B, T] (zeros without a critic)
-    logp_ref: jax.Array  # f32[B, T] (zeros without KL)
+    logp_ref: jax.Array  # f32[B, T] on `score_slots` (0 elsewhere; zeros without KL)
     weights: jax.Array  # f32[B, T] per-token loss weights (TIS; ones otherwise)
     obs_target: jax.Array  # bool[B, T] environment-observation tokens (ECHO targets)
     turn_ids: jax.Array  # int32[B, T] turn index per slot, -1 for prompt/pad
+    # int32[B, R] the slots the losses read (every slot an action token can occupy), scored
+    # alone by the teacher-forced pass; None: score every slot (ECHO reads observation slots)
+    score_slots: jax.Array | None = None
 
 
 def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -94,7 +98,12 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
     model = nnx.merge(cfg.graphdef, params)
     lc = cfg.loss
     sc = rollout_lib.score(
-        model, batch.tokens, batch.valid_mask, cfg.rollout.temperature, cfg.needs_values
+        model,
+        batch.tokens,
+        batch.valid_mask,
+        cfg.rollout.temperature,
+        cfg.needs_values,
+        slots=batch.score_slots,
     )
     mask = batch.action_mask
     extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
@@ -288,6 +297,7 @@ class _View(NamedTuple):
     logp_behavior: jax.Array  # f32[N, L]
     obs_target: jax.Array  # bool[N, L]
     turn_ids: jax.Array  # int32[N, L]
+    action_slots: np.ndarray  # int32[R] every slot of a row an action token can occupy
     to_slots: Callable[[jax.Array], jax.Array]  # f32[N, L] -> f32[B, T]
     from_slots: Callable[[jax.Array], jax.Array]  # f32[B, T] -> f32[N, L]
 
@@ -305,6 +315,7 @@ def _full_view(traj: Trajectory, cfg: StepConfig) -> _View:
         logp_behavior=cut(traj.logp_behavior),
         obs_target=cut(traj.obs_mask & traj.valid_mask & (traj.turn_ids >= 0)),
         turn_ids=cut(traj.turn_ids),
+        action_slots=rollout_lib.action_slots(rollout_lib.make_layout(cfg.env, cfg.rollout)),
         # the cut slots hold no action tokens
         to_slots=lambda x: jnp.pad(x, ((0, 0), (0, t_full - t_train))),
         from_slots=cut,
@@ -326,6 +337,7 @@ def _window_view(traj: Trajectory, rows: rollout_lib.StepRows, cfg: StepConfig) 
         logp_behavior=flat(rows.logp),
         obs_target=flat(rows.obs_target),
         turn_ids=flat(jnp.where(rows.action_mask, turn, -1)),
+        action_slots=np.arange(row_len - lay.action, row_len, dtype=np.int32),
         to_slots=lambda x: rollout_lib.rows_to_slots(x.reshape(b, k, row_len), lay),
         from_slots=lambda x: flat(rollout_lib.slots_to_rows(x, lay, row_len)),
     )
@@ -345,6 +357,13 @@ def prepare_batch(
     view = _full_view(traj, cfg) if rows is None else _window_view(traj, rows, cfg)
     tokens, valid, mask = view.tokens, view.valid, view.action_mask
     lc = cfg.loss
+    # The losses read log-probs only on action slots (ECHO also on observation slots): score
+    # those alone (see `rollout_lib.score`). Old values stay on every slot for the credit.
+    slots = None
+    if lc.echo_coef <= 0:
+        slots = jnp.broadcast_to(
+            jnp.asarray(view.action_slots), (tokens.shape[0], len(view.action_slots))
+        )
     values_old = logp_ref = logp_learner = None
     model = nnx.merge(cfg.graphdef, state.params)
     if cfg.needs_values or lc.tis_cap > 0:
@@ -354,7 +373,7 @@ def prepare_batch(
     logp_behavior = view.logp_behavior
     if lc.kl_coef > 0:
         ref = nnx.merge(cfg.graphdef, state.ref_params)
-        logp_ref = rollout_lib.score(ref, tokens, valid, cfg.rollout.temperature).logp
+        logp_ref = rollout_lib.score(ref, tokens, valid, cfg.rollout.temperature, slots=slots).logp
         if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_estimator)
             traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, lc.kl_coef * kl, 0.0)))
@@ -379,6 +398,7 @@ def prepare_batch(
         weights=weights,
         obs_target=view.obs_target,
         turn_ids=view.turn_ids,
+        score_slots=slots,
     )
     adv_metrics = {
         "adv_mean": credit_common.masked_mean(out.advantages, traj.action_mask),
