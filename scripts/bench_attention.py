@@ -7,7 +7,11 @@ Times, on one XLA CPU device with the benchmark model (PRESETS["bench"], vocab 5
   `lax.scan` (rows B=16, T in 128, 256, 512); ms per step = (total - prefill alone) / 16;
 - the teacher-forced pass's attention (T=480, B=16): forward and forward + backward of the
   whole model with `model.attn_chunk` 0 (one block) and 128 (causal query blocks), if this
-  version of the model has that field.
+  version of the model has that field;
+- the update's teacher-forced pass on the multi-turn benchmark's layout (T=473: prompt 72,
+  8 turns of 16 action + 39 observation slots, the last observation cut), forward + backward
+  scoring every slot and scoring the 128 action slots alone (`rollout.score(slots=)`), if
+  this version has that argument.
 Medians of 5 calls after a warm-up.
 """
 
@@ -75,14 +79,16 @@ def decode_ms(graphdef, params, cfg, length: int) -> tuple[float, float]:
     return only_prefill * 1e3, (total - only_prefill) / STEPS * 1e3
 
 
-def forward_ms(cfg, length: int = 480) -> tuple[float, float]:
-    """(forward ms, forward + backward ms) of the teacher-forced pass over [ROWS, length]."""
+def forward_ms(cfg, length: int = 480, slots=None) -> tuple[float, float]:
+    """(forward ms, forward + backward ms) of the teacher-forced pass over [ROWS, length],
+    scoring every slot or `slots` (int32[R]) alone."""
     graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
     tokens = jax.random.randint(jax.random.key(1), (ROWS, length), 3, VOCAB)
     valid = jnp.ones((ROWS, length), bool)
+    kw = {} if slots is None else {"slots": jnp.broadcast_to(slots, (ROWS, len(slots)))}
 
     def loss(p):
-        return rollout_lib.score(nnx.merge(graphdef, p), tokens, valid).logp.sum()
+        return rollout_lib.score(nnx.merge(graphdef, p), tokens, valid, **kw).logp.sum()
 
     return median_s(jax.jit(loss), params) * 1e3, median_s(jax.jit(jax.grad(loss)), params) * 1e3
 
@@ -101,6 +107,20 @@ def main() -> None:
                 f"teacher-forced pass, T=480, attn_chunk={chunk}: forward {fwd:.0f} ms, "
                 f"forward + backward {both:.0f} ms"
             )
+    if hasattr(rollout_lib, "action_slots"):
+        lay = rollout_lib.Layout(prompt=72, action=16, obs=39, turns=8, length=512)
+        slots = jnp.asarray(rollout_lib.action_slots(lay))
+        cut = lay.length - lay.obs
+        times = {}
+        for name, sl in (("every slot", None), (f"{len(slots)} action slots", slots)):
+            times[name] = forward_ms(cfg, cut, sl)
+            fwd, both = times[name]
+            print(
+                f"teacher-forced pass, T={cut}, scoring {name}: forward {fwd:.0f} ms, "
+                f"forward + backward {both:.0f} ms"
+            )
+        (f0, b0), (f1, b1) = times.values()
+        print(f"  action slots alone: forward {f0 / f1:.2f}x, forward + backward {b0 / b1:.2f}x")
 
 
 if __name__ == "__main__":
