@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import base
 from rl4agents import sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
 from rl4agents.train import step as step_lib
 from tests.toy_env import RepeatDigit
+from tests.train.test_train import tiny_config
 
 ENV = RepeatDigit(num_turns=3)
 CFG = rollout_lib.RolloutConfig(num_tasks=3, group_size=2, max_turns=4, max_action_len=3)
@@ -89,31 +89,18 @@ def test_score__slots_equal_the_full_pass_there_and_zero_elsewhere(value_head):
 
 
 def _config(**overrides):
-    c = base.get_config()
-    c.unlock()
-    c.env.name = "frozen_lake"
-    c.env.vocab = "minimal"
-    c.env.frozen_lake.size = 3
-    c.env.frozen_lake.compact = True
-    c.model.d_model = 16
-    c.model.num_layers = 2
-    c.model.num_heads = 2
-    c.model.num_kv_heads = 1
-    c.model.head_dim = 8
-    c.model.d_ff = 32
-    c.rollout.num_tasks = 2
-    c.rollout.group_size = 2
-    c.rollout.max_turns = 3
-    c.rollout.max_action_len = 2
-    c.rollout.temperature = 1.3
-    c.loss.entropy_coef = 0.01
-    c.loss.kl_coef = 0.05
-    c.log.progress = False
-    for key, value in overrides.items():
-        section, field = key.split(".")
-        c[section][field] = value
-    c.lock()
-    return c
+    """`tiny_config` with two layers (the last one scores the slots alone), two action tokens,
+    a non-unit temperature and a KL term (the reference pass scores the slots too)."""
+    return tiny_config(
+        **{
+            "model.num_layers": 2,
+            "rollout.num_tasks": 2,
+            "rollout.max_action_len": 2,
+            "rollout.temperature": 1.3,
+            "loss.kl_coef": 0.05,
+            **overrides,
+        }
+    )
 
 
 @pytest.mark.parametrize(
