@@ -14,12 +14,16 @@
                       prefill chunk of S tokens: B x S x (V x 4 + a(T_kv)) / D_b
     scoring           the forward-only passes over the whole batch (reference log-probs, old
                       values, learner log-probs for TIS), when any is on:
-                      N x L x (3 x V x 4 + a(L)) / D_b
+                      N x (L x a(L) + R x 3 x V x 4) / D_b (R = L for the values/TIS pass)
     update            gradients (1 x parameters) + activations + logits of one minibatch of
                       n = N / train.minibatches rows:
-                        no remat: n x L x (layers x a(L) + 2 x d_model x c) x trunks / D_b
+                        no remat: n x (L x ((layers - 1) x a(L) + kv + 2 x d_model x c)
+                                  + R x a(L)) x trunks / D_b, kv = 4 x (d_model +
+                                  2 kv_heads x head_dim) + 8 x (kv_heads x head_dim + d_model)
+                                  the last layer's k/v inputs at unscored slots (R = L: n x L
+                                  x (layers x a(L) + 2 x d_model x c) x trunks / D_b)
                         remat:    n x L x ((layers + 2) x d_model x c + a(L)) x trunks / D_b
-                        logits:   3 x n x L x V x 4 / D_b (logits, log-softmax, its gradient)
+                        logits:   3 x n x R x V x 4 / D_b (logits, log-softmax, its gradient)
     evaluation        the rollout terms with train.eval_tasks episodes
 
   a(Tk) = 4 x (4 d_model + 3 heads x head_dim + 2 kv_heads x head_dim + 4 d_ff)
@@ -37,7 +41,9 @@ Symbols: p, c = bytes of model.param_dtype and model.dtype; V = vocabulary; B = 
 group_size episodes of T = `rollout.make_layout(...).length` slots; the update trains on N rows
 of L slots (context="full": N = B, L = T minus the final observation block unless ECHO;
 "window": N = B x K step rows of L = `window_row_length`), the KV cache holds T_kv = T (or L)
-slots and the longest prefill chunk is S = max(prompt, observation) slots (or L - A); trunks =
+slots and the longest prefill chunk is S = max(prompt, observation) slots (or L - A); the
+update computes logits at R slots per row, those an action token can occupy (K x A, or A for a
+window row; R = L with ECHO, which also reads observation slots); trunks =
 2 when a separate critic decoder runs in the loss; D_b = data x fsdp, the mesh axes the batch
 is split over (activations are not counted as split by `tensor`: an upper bound). Parameters,
 moments and the reference copy are split as `sharding.tree_shardings` places them (`embed` over
@@ -314,6 +320,13 @@ def _per_token_layer_bytes(cfg: policy_lib.ModelConfig, keys: int) -> int:
     return 4 * linear + f32_copies + (8 + c) * cfg.num_heads * keys
 
 
+def _kv_token_bytes(cfg: policy_lib.ModelConfig) -> int:
+    """Bytes of a(keys) the last layer still keeps at a slot it does not score: the
+    normalised input (and its f32 copy), k and v (and the f32 copy of k around RoPE)."""
+    d, kv = cfg.d_model, cfg.num_kv_heads * cfg.head_dim
+    return 4 * (d + 2 * kv) + 8 * kv + 8 * d
+
+
 class _Sizes(NamedTuple):
     """The static sizes the terms need (symbols of the module docstring)."""
 
@@ -325,6 +338,7 @@ class _Sizes(NamedTuple):
     chunk: int  # S tokens of the longest prefill chunk
     vocab: int  # V
     split: int  # D_b = data x fsdp
+    scored: int  # R slots per row whose logits the update computes (all L with ECHO)
 
     def per_device(self, nbytes: int) -> int:
         """A batch-dependent term split over data x fsdp (rounded up)."""
@@ -338,10 +352,17 @@ def _sizes(config, env, vocab: int, mesh_shape: Mapping[str, int]) -> _Sizes:
     if rc.context == "window":
         row = rollout_lib.window_row_length(env, rc)
         rows = rc.batch_size * lay.turns
-        return _Sizes(rc.batch_size, lay.length, rows, row, row, row - lay.action, vocab, split)
-    length = lay.length if config.loss.echo_coef > 0 else lay.length - lay.obs
+        scored = row if config.loss.echo_coef > 0 else lay.action
+        return _Sizes(
+            rc.batch_size, lay.length, rows, row, row, row - lay.action, vocab, split, scored
+        )
+    echo = config.loss.echo_coef > 0
+    length = lay.length if echo else lay.length - lay.obs
     chunk = max(lay.prompt, lay.obs)
-    return _Sizes(rc.batch_size, lay.length, rc.batch_size, length, lay.length, chunk, vocab, split)
+    scored = length if echo else lay.turns * lay.action  # `rollout.action_slots`
+    return _Sizes(
+        rc.batch_size, lay.length, rc.batch_size, length, lay.length, chunk, vocab, split, scored
+    )
 
 
 def _rollout_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int, label: str):
@@ -370,23 +391,35 @@ def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, con
     c, n, length = DTYPE_BYTES[cfg.dtype], -(-sz.rows // config.train.minibatches), sz.length
     a_len = _per_token_layer_bytes(cfg, length)
     if cfg.remat:
-        per_token = (cfg.num_layers + 2) * cfg.d_model * c + a_len
-        how = f"(({cfg.num_layers} + 2) x {cfg.d_model} x {c} B + a({length})={a_len:,} B)"
+        per_row = length * ((cfg.num_layers + 2) * cfg.d_model * c + a_len)
+        how = (
+            f"n={n} x L={length} x (({cfg.num_layers} + 2) x {cfg.d_model} x {c} B"
+            f" + a({length})={a_len:,} B) (remat)"
+        )
+    elif sz.scored < length:  # the last layer runs its queries and MLP at the R scored slots
+        kv = _kv_token_bytes(cfg)
+        per_row = (
+            length * ((cfg.num_layers - 1) * a_len + kv + 2 * cfg.d_model * c) + sz.scored * a_len
+        )
+        how = (
+            f"n={n} x (L={length} x ({cfg.num_layers - 1} layers x a({length})={a_len:,} B"
+            f" + last layer's k/v {kv:,} B + 2 x {cfg.d_model} x {c} B)"
+            f" + R={sz.scored} x a({length}))"
+        )
     else:
-        per_token = cfg.num_layers * a_len + 2 * cfg.d_model * c
-        how = f"({cfg.num_layers} layers x a({length})={a_len:,} B + 2 x {cfg.d_model} x {c} B)"
+        per_row = length * (cfg.num_layers * a_len + 2 * cfg.d_model * c)
+        how = (
+            f"n={n} x L={length} x ({cfg.num_layers} layers x a({length})={a_len:,} B"
+            f" + 2 x {cfg.d_model} x {c} B)"
+        )
     how += (f" x {trunks} trunks" if trunks > 1 else "") + f" / {sz.split}"
     return (
         Term("gradients", param_bytes, "1 x parameters"),
-        Term(
-            "activations",
-            sz.per_device(n * length * per_token * trunks),
-            f"n={n} x L={length} x {how}" + (" (remat)" if cfg.remat else ""),
-        ),
+        Term("activations", sz.per_device(n * per_row * trunks), how),
         Term(
             "logits",
-            sz.per_device(LOGIT_COPIES * n * length * sz.vocab * 4),
-            f"{LOGIT_COPIES} x n={n} x L={length} x V={sz.vocab} x 4 B / {sz.split}",
+            sz.per_device(LOGIT_COPIES * n * sz.scored * sz.vocab * 4),
+            f"{LOGIT_COPIES} x n={n} x R={sz.scored} x V={sz.vocab} x 4 B / {sz.split}",
         ),
     )
 
@@ -449,13 +482,15 @@ def estimate(
     phases = {"rollout": _rollout_terms(cfg, sz, sz.batch, "B")}
     if kl or needs_values or config.loss.tis_cap > 0:
         a_len = _per_token_layer_bytes(cfg, sz.length)
-        scoring = sz.rows * sz.length * (LOGIT_COPIES * vocab * 4 + a_len)
+        # the values / TIS pass computes logits at every slot; the KL reference pass at R
+        scored = sz.length if needs_values or config.loss.tis_cap > 0 else sz.scored
+        scoring = sz.rows * (sz.length * a_len + scored * LOGIT_COPIES * vocab * 4)
         phases["scoring"] = (
             Term(
                 "scoring pass",
                 sz.per_device(scoring),
-                f"N={sz.rows} x L={sz.length} x ({LOGIT_COPIES} x V={vocab} x 4 "
-                f"+ a({sz.length})={a_len:,} B) / {sz.split}",
+                f"N={sz.rows} x (L={sz.length} x a({sz.length})={a_len:,} B + R={scored} x "
+                f"{LOGIT_COPIES} x V={vocab} x 4 B) / {sz.split}",
             ),
         )
     trunks = 2 if cfg.value_head == "separate" and needs_values else 1
