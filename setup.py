@@ -24,7 +24,13 @@ setup(
         "matplotlib>=3.8",  # learning-curve PNGs
     ],
     extras_require={
-        "dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6.100"],
+        "dev": [
+            "pytest>=8",
+            "pytest-xdist>=3.5",
+            "ruff>=0.6",
+            "hypothesis>=6.100",
+            "filelock>=3.12",  # locks JAX's compilation cache, shared by the test workers
+        ],
         # rl4agents.envs.host.TextArenaEnv: TextArena's text games (tests skip without it)
         "host": ["textarena>=0.7.4"],
         # rl4agents.models.hf / hf_tokenizer: local Llama/Qwen checkpoints and tokenizers;

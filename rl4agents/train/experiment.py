@@ -147,14 +147,19 @@ class Experiment:
         )
 
     def eval_fn(self, split: str, greedy: bool, num_tasks: int):
-        """A jitted `(params, seed) -> metrics` that evaluates on `num_tasks` fixed tasks."""
-        cache_key = (split, greedy, num_tasks)
+        """A jitted `(params, seed) -> metrics` that evaluates on `num_tasks` fixed tasks.
+
+        Splits served by the training env itself (train and test: they differ only in the env
+        params' layout class) share one compiled program; the env params are its argument.
+        """
+        env, env_params = self.env.make_split(split)
+        rc = self.eval_rollout_config(split, greedy, num_tasks)
+        shared = env is self.env
+        cache_key = (None if shared else split, rc)
         if cache_key not in self._eval_fns:
-            env, env_params = self.env.make_split(split)
-            rc = self.eval_rollout_config(split, greedy, num_tasks)
             check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
 
-            def run(params, seed):
+            def run(params, seed, env_params):
                 root = jax.random.key(seed)
                 task_keys = jax.random.split(jax.random.fold_in(root, 0), num_tasks)
                 return step_lib.evaluate(
@@ -168,7 +173,7 @@ class Experiment:
                 )
 
             self._eval_fns[cache_key] = jax.jit(run)
-        return self._eval_fns[cache_key]
+        return functools.partial(self._eval_fns[cache_key], env_params=env_params)
 
 
 def make_state(

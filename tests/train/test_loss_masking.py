@@ -15,10 +15,15 @@ def test_loss__ignores_everything_off_the_action_mask():
     exp = experiment.build(config)
     cfg = exp.step_cfg
     state = exp.init_state(jax.random.key(0))
-    traj = rollout_lib.rollout(
-        jax.random.key(1), cfg.graphdef, state.params, cfg.env, cfg.env_params, cfg.rollout
-    )
-    batch, _ = step_lib.prepare_batch(state, traj, cfg)
+
+    @jax.jit  # one program: op by op, the rollout's eager parts dominate this test's time
+    def make_batch(state):
+        traj = rollout_lib.rollout(
+            jax.random.key(1), cfg.graphdef, state.params, cfg.env, cfg.env_params, cfg.rollout
+        )
+        return step_lib.prepare_batch(state, traj, cfg)[0]
+
+    batch = make_batch(state)
     off = ~batch.action_mask
     assert off.any() and batch.action_mask.any()
     noise = jax.random.normal(jax.random.key(2), batch.advantages.shape) * 100.0
