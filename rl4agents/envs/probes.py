@@ -94,6 +94,9 @@ def play(
     return jax.jit(jax.vmap(episode))(task_keys, ep_keys)
 
 
+_RANDOM = -2  # probe_report's policy code for `random_valid`
+
+
 def random_valid(key, turn, n):
     """A uniformly random valid action each turn."""
     del turn
@@ -131,27 +134,25 @@ def probe_report(
     task_keys = jax.random.split(jax.random.fold_in(key, 0), num_tasks)
     play_key = jax.random.fold_in(key, 1)
 
-    def summary(out):
-        return {k: float(np.mean(np.asarray(v))) for k, v in out.items()}
-
-    report = {
-        "random": summary(play(env, env_params, task_keys, play_key, turns, random_valid)),
-        "invalid": summary(play(env, env_params, task_keys, play_key, turns, always_invalid)),
-    }
     n = int(env.num_actions)
     ids = np.unique(np.linspace(0, n - 1, min(n, max_constant)).round().astype(int))
+    # One compilation for every probe, vmapped over a policy code: _RANDOM (`random_valid`),
+    # -1 (junk, `always_invalid`) or an action id repeated every turn (`constant`).
+    codes = np.concatenate([[_RANDOM, -1], ids]).astype(np.int32)
 
-    def play_constant(task_keys, a):
+    def play_code(task_keys, code):
         def choose(key, turn, n):
-            del key, turn, n
-            return a
+            return jnp.where(code == _RANDOM, random_valid(key, turn, n), code)
 
         return play(env, env_params, task_keys, play_key, turns, choose)
 
-    # One compilation for every constant action: vmap over the action id.
-    outs = jax.jit(jax.vmap(play_constant, in_axes=(None, 0)))(task_keys, jnp.asarray(ids))
-    success = np.asarray(outs["success"]).mean(axis=1)
-    reward = np.asarray(outs["reward"]).mean(axis=1)
+    outs = jax.jit(jax.vmap(play_code, in_axes=(None, 0)))(task_keys, jnp.asarray(codes))
+    outs = {k: np.asarray(v).mean(axis=1) for k, v in outs.items()}  # [policy] means
+    report = {
+        name: {k: float(v[i]) for k, v in outs.items()}
+        for i, name in enumerate(("random", "invalid"))
+    }
+    success, reward = outs["success"][2:], outs["reward"][2:]
     best = int(np.lexsort((reward, success))[-1])
     report["constant"] = {
         "success": float(success[best]),

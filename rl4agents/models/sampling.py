@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -52,7 +53,7 @@ def sample(
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
-    greedy: bool = False,
+    greedy: bool | jax.Array = False,
 ) -> jax.Array:
     """Sample one token per row.
 
@@ -60,13 +61,19 @@ def sample(
       key: PRNG key.
       logits: f32[B, V] raw logits.
       temperature, top_k, top_p: sampling controls (static).
-      greedy: take the argmax instead of sampling.
+      greedy: take the argmax instead of sampling: a Python bool (static), or a traced bool[]
+        or bool[B] (per row), so one compiled program serves greedy and sampled decoding.
 
     Returns:
       int32[B] token ids.
     """
-    if greedy:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    argmax = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    if isinstance(greedy, bool) and greedy:
+        return argmax
     scaled = logits.astype(jnp.float32) / temperature
     scaled = filter_logits(scaled, top_k, top_p)
-    return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+    token = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+    if isinstance(greedy, bool):
+        return token
+    chex.assert_rank(greedy, {0, 1})
+    return jnp.where(greedy, argmax, token)

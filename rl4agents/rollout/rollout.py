@@ -202,6 +202,7 @@ def rollout(
     cfg: RolloutConfig,
     task_keys: jax.Array | None = None,
     shard_fn=None,
+    greedy: jax.Array | None = None,
 ) -> Trajectory:
     """Run B = num_tasks x G episodes of up to K turns; pure and jittable.
 
@@ -215,13 +216,15 @@ def rollout(
       task_keys: optional key[num_tasks] that fix the tasks (e.g. evaluation seeds); by default
         tasks are drawn from `key`.
       shard_fn: optional function constraining per-episode pytrees to the batch sharding.
+      greedy: optional traced bool[] or bool[B]: take the argmax (per row) instead of
+        sampling, overriding `cfg.greedy`; one program then serves greedy and sampled runs.
 
     Returns:
       A `Trajectory` of B rows, group ids 0..num_tasks-1, each repeated G times. Under
       context="window" its tokens are the full history of what happened (for credit
       assignment), while the policy saw the step rows of `rollout_rows`.
     """
-    return rollout_rows(key, graphdef, params, env, env_params, cfg, task_keys, shard_fn)[0]
+    return rollout_rows(key, graphdef, params, env, env_params, cfg, task_keys, shard_fn, greedy)[0]
 
 
 def rollout_rows(
@@ -233,6 +236,7 @@ def rollout_rows(
     cfg: RolloutConfig,
     task_keys: jax.Array | None = None,
     shard_fn=None,
+    greedy: jax.Array | None = None,
 ) -> tuple[Trajectory, StepRows | None]:
     """`rollout`, also returning the step rows the policy saw under context="window".
 
@@ -314,7 +318,7 @@ def rollout_rows(
         temperature=cfg.temperature,
         top_k=cfg.top_k,
         top_p=cfg.top_p,
-        greedy=cfg.greedy,
+        greedy=cfg.greedy if greedy is None else greedy,
     )
 
     def _token_step(carry, i, *, alive, start, key_turn, left):

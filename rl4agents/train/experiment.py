@@ -40,6 +40,9 @@ COMPAT_KEYS = (
     "optim.weight_decay",
 )
 
+# Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
+EVAL_KEYS = ("success", "reward", "turns", "invalid_rate", "truncated")
+EVAL_MODES = ("greedy", "sampled")
 # What a warm start (config.init.params) must share with the run that saved the parameters.
 INIT_COMPAT_KEYS = tuple(k for k in COMPAT_KEYS if k.startswith(("env.", "model.")))
 
@@ -146,14 +149,18 @@ class Experiment:
             max_turns=turns or self.step_cfg.rollout.max_turns,
         )
 
-    def eval_fn(self, split: str, greedy: bool, num_tasks: int):
-        """A jitted `(params, seed) -> metrics` that evaluates on `num_tasks` fixed tasks.
+    def eval_fn(self, split: str, num_tasks: int):
+        """A jitted `(params, seed) -> metrics` on `num_tasks` fixed tasks of `split`: greedy
+        then sampled decoding of the same tasks, as `{"greedy_success": f32[], ...,
+        "sampled_success": f32[], ...}` (the keys of `EVAL_KEYS` under each mode).
 
-        Splits served by the training env itself (train and test: they differ only in the env
-        params' layout class) share one compiled program; the env params are its argument.
+        One compiled program serves both modes (the greedy flag is traced; the two rollouts
+        run one after the other, so memory is that of one). Splits served by the training env
+        itself (train and test: they differ only in the env params' layout class) share it
+        too; the env params are its argument.
         """
         env, env_params = self.env.make_split(split)
-        rc = self.eval_rollout_config(split, greedy, num_tasks)
+        rc = self.eval_rollout_config(split, False, num_tasks)
         shared = env is self.env
         cache_key = (None if shared else split, rc)
         if cache_key not in self._eval_fns:
@@ -162,15 +169,23 @@ class Experiment:
             def run(params, seed, env_params):
                 root = jax.random.key(seed)
                 task_keys = jax.random.split(jax.random.fold_in(root, 0), num_tasks)
-                return step_lib.evaluate(
-                    params,
-                    task_keys,
-                    jax.random.fold_in(root, 1),
-                    self.step_cfg,
-                    env,
-                    env_params,
-                    rc,
-                )
+
+                def one(greedy):
+                    return step_lib.evaluate(
+                        params,
+                        task_keys,
+                        jax.random.fold_in(root, 1),
+                        self.step_cfg,
+                        env,
+                        env_params,
+                        rc,
+                        greedy=greedy,
+                    )
+
+                m = jax.lax.map(one, jnp.array([True, False]))
+                return {
+                    f"{mode}_{k}": m[k][i] for i, mode in enumerate(EVAL_MODES) for k in EVAL_KEYS
+                }
 
             self._eval_fns[cache_key] = jax.jit(run)
         return functools.partial(self._eval_fns[cache_key], env_params=env_params)

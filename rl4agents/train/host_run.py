@@ -154,27 +154,30 @@ class HostExperiment(experiment_lib.Experiment):
             donate_argnums=(0,),
         )
 
-    def eval_fn(self, split: str, greedy: bool, num_tasks: int):
-        """`(params, seed) -> metrics` on `num_tasks` fixed games of `split` (seeded by `seed`)."""
+    def eval_fn(self, split: str, num_tasks: int):
+        """`(params, seed) -> metrics` on `num_tasks` fixed games of `split` (seeded by `seed`),
+        greedy then sampled, as `Experiment.eval_fn` reports them."""
         pool = self.pool(split)
-        rc = self.eval_rollout_config(split, greedy, num_tasks)
 
         def run(params, seed):
             root = jax.random.key(seed)
             seeds = registry.split_seeds(
                 host.task_seeds(jax.random.fold_in(root, 0), num_tasks), split
             )
-            traj = host.host_rollout(
-                jax.random.fold_in(root, 1),
-                self.step_cfg.graphdef,
-                params,
-                pool,
-                self.env.tokenizer,
-                rc,
-                seeds,
-            )
-            m = step_lib.rollout_metrics(traj, 1)
-            return {k: m[k] for k in ("reward", "success", "turns", "invalid_rate", "truncated")}
+            out = {}
+            for mode in experiment_lib.EVAL_MODES:
+                traj = host.host_rollout(
+                    jax.random.fold_in(root, 1),
+                    self.step_cfg.graphdef,
+                    params,
+                    pool,
+                    self.env.tokenizer,
+                    self.eval_rollout_config(split, mode == "greedy", num_tasks),
+                    seeds,
+                )
+                m = step_lib.rollout_metrics(traj, 1)
+                out.update({f"{mode}_{k}": m[k] for k in experiment_lib.EVAL_KEYS})
+            return out
 
         return run
 

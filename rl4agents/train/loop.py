@@ -29,19 +29,15 @@ from rl4agents.train import experiment as experiment_lib
 from rl4agents.train import sft as sft_lib
 from rl4agents.train import writers
 
-EVAL_KEYS = ("success", "reward", "turns", "invalid_rate", "truncated")
+EVAL_KEYS = experiment_lib.EVAL_KEYS
 
 
 def evaluate(exp: experiment_lib.Experiment, params, split: str, num_tasks: int) -> dict:
     """Greedy and sampled evaluation on `num_tasks` fixed tasks of `split`."""
-    out = {}
-    for mode, greedy in (("greedy", True), ("sampled", False)):
-        # A collective program on every process; `to_host` reads its global outputs.
-        m = distributed.to_host(
-            exp.eval_fn(split, greedy, num_tasks)(params, exp.config.train.eval_seed)
-        )
-        out.update({f"{mode}_{k}": float(m[k]) for k in EVAL_KEYS})
-    return out
+    # A collective program on every process; `to_host` reads its global outputs.
+    m = distributed.to_host(exp.eval_fn(split, num_tasks)(params, exp.config.train.eval_seed))
+    modes = experiment_lib.EVAL_MODES
+    return {f"{mode}_{k}": float(m[f"{mode}_{k}"]) for mode in modes for k in EVAL_KEYS}
 
 
 class _StopRequest:

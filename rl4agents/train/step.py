@@ -540,8 +540,10 @@ def evaluate(
     env,
     env_params,
     rollout_cfg: rollout_lib.RolloutConfig,
+    greedy: jax.Array | None = None,
 ) -> dict[str, jax.Array]:
-    """Run the policy on fixed tasks and summarise (greedy or sampled per `rollout_cfg`)."""
+    """Run the policy on fixed tasks and summarise (greedy or sampled per `rollout_cfg`, or
+    per the traced bool[] `greedy` when given)."""
     traj = rollout_lib.rollout(
         key,
         cfg.graphdef,
@@ -551,6 +553,7 @@ def evaluate(
         rollout_cfg,
         task_keys=task_keys,
         shard_fn=lambda t: sharding.shard_batch(t, cfg.mesh),
+        greedy=greedy,
     )
     m = rollout_metrics(traj, rollout_cfg.group_size)
     return {k: m[k] for k in ("reward", "success", "turns", "invalid_rate", "truncated")}

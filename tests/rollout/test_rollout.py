@@ -70,6 +70,36 @@ def test_rollout__turn_groups_give_the_same_episodes(groups):
     np.testing.assert_allclose(grouped.logp_behavior, traj.logp_behavior, atol=1e-5)
 
 
+def test_rollout__traced_greedy_flag_equals_the_static_modes():
+    """One program for greedy and sampled decoding (evaluation): a traced flag reproduces
+    cfg.greedy=True and cfg.greedy=False exactly, and picks per row."""
+    graphdef, params, sampled = _traj()
+    greedy_cfg = dataclasses.replace(CFG, greedy=True)
+    greedy = jax.jit(
+        lambda key, p: rollout_lib.rollout(key, graphdef, p, ENV, ENV.default_params(), greedy_cfg)
+    )(jax.random.key(0), params)
+    traced = jax.jit(
+        lambda key, p, g: rollout_lib.rollout(
+            key, graphdef, p, ENV, ENV.default_params(), CFG, greedy=g
+        )
+    )
+    rows = jnp.arange(CFG.batch_size) % 2 == 0  # per row: even rows greedy
+    for flag, want in ((True, greedy), (False, sampled), (rows, None)):
+        got = traced(jax.random.key(0), params, jnp.asarray(flag))
+        for name in ("tokens", "action_mask", "turn_rewards", "logp_behavior"):
+            a, b = np.asarray(getattr(got, name)), None
+            if want is not None:
+                b = np.asarray(getattr(want, name))
+            else:  # even rows as the greedy run, odd rows as the sampled one
+                b = np.where(
+                    np.asarray(rows).reshape((-1,) + (1,) * (a.ndim - 1)),
+                    np.asarray(getattr(greedy, name)),
+                    np.asarray(getattr(sampled, name)),
+                )
+            np.testing.assert_array_equal(a, b, err_msg=f"{name} greedy={flag}")
+    assert not np.array_equal(greedy.tokens, sampled.tokens)
+
+
 def test_turn_group_bounds__cover_all_turns_with_growing_caches():
     lay = rollout_lib.Layout(prompt=5, action=3, obs=4, turns=8, length=5 + 8 * 7)
     assert rollout_lib.turn_group_bounds(lay, 1) == [(0, 8, 61)]
@@ -147,7 +177,8 @@ def test_rollout__same_seed_is_bit_identical():
 def test_rollout__truncation_is_flagged():
     graphdef, params, _ = _setup()
     cfg = rollout_lib.RolloutConfig(num_tasks=2, group_size=2, max_turns=2, max_action_len=3)
-    traj = rollout_lib.rollout(jax.random.key(0), graphdef, params, ENV, ENV.default_params(), cfg)
+    run = jax.jit(lambda k, p: rollout_lib.rollout(k, graphdef, p, ENV, ENV.default_params(), cfg))
+    traj = run(jax.random.key(0), params)
     assert np.all(np.asarray(traj.truncated)) and not np.any(np.asarray(traj.done))
 
 
@@ -179,4 +210,14 @@ def test_sampling__top_k_and_top_p_restrict_support():
     got = np.asarray(jax.vmap(lambda k: sampling.sample(k, logits, top_p=0.7)[0])(keys))
     assert set(got) <= {0, 1} and len(set(got)) == 2
     assert int(sampling.sample(keys[0], logits, greedy=True)[0]) == 0
+    # A traced flag per row: argmax where set, the static-False sample elsewhere.
+    two = jnp.concatenate([logits, logits[:, ::-1]])
+    flag = jnp.array([True, False])
+    got = np.asarray(jax.vmap(lambda k: sampling.sample(k, two, greedy=flag))(keys))
+    sampled = np.asarray(jax.vmap(lambda k: sampling.sample(k, two))(keys))
+    np.testing.assert_array_equal(got[:, 0], 0)
+    np.testing.assert_array_equal(got[:, 1], sampled[:, 1])
+    assert len(set(sampled[:, 1])) > 1
+    with pytest.raises(AssertionError):
+        sampling.sample(keys[0], two, greedy=jnp.ones((2, 1), bool))
     del draw

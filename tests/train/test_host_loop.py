@@ -113,10 +113,11 @@ def test_host_experiment__splits_seeds_and_module_path():
     assert (train % 2 == 0).all() and (test % 2 == 1).all()
     try:
         state = exp.init_state(jax.random.key(0))
-        m = exp.eval_fn("test", True, 8)(state.params, 0)
-        assert set(m) == set(loop.EVAL_KEYS) and 0 <= float(m["success"]) <= 1
+        m = exp.eval_fn("test", 8)(state.params, 0)
+        assert set(m) == {f"{mode}_{k}" for mode in ("greedy", "sampled") for k in loop.EVAL_KEYS}
+        assert 0 <= float(m["greedy_success"]) <= 1 and 0 <= float(m["sampled_success"]) <= 1
         with pytest.raises(ValueError, match=r"split='ood'.*allowed: \['train', 'test'\]"):
-            exp.eval_fn("ood", True, 8)
+            exp.eval_fn("ood", 8)
     finally:
         exp.close()
 
