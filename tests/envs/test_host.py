@@ -1,5 +1,6 @@
 """Host text environments: slot layout, log-probs, one compile, failures, training, TextArena."""
 
+import dataclasses
 import functools
 import threading
 import time
@@ -91,8 +92,9 @@ def test_sample_turn__compiles_once_for_all_turns():
     host.sample_turn.clear_cache()  # this file's first test: nothing to lose
     host.prefill_prompt.clear_cache()
     with _pool(Walk, Walk, Walk, Walk) as pool:
-        for seed in range(2):
-            traj = host.host_rollout(jax.random.key(seed), graphdef, params, pool, TOK, CFG)
+        for seed in range(2):  # a sampled then a greedy rollout
+            cfg = dataclasses.replace(CFG, greedy=bool(seed))
+            traj = host.host_rollout(jax.random.key(seed), graphdef, params, pool, TOK, cfg)
             assert int(np.asarray(traj.turn_valid).sum()) == CFG.batch_size * NUM_STEPS
             assert host.sample_turn._cache_size() == 1  # K turns, two rollouts: one program
             assert host.prefill_prompt._cache_size() == 1

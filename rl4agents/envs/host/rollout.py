@@ -43,7 +43,6 @@ class TurnStatic(NamedTuple):
     temperature: float
     top_k: int
     top_p: float
-    greedy: bool
     pad_id: int
     eoa_id: int
 
@@ -92,6 +91,7 @@ def sample_turn(
     alive: jax.Array,
     left: jax.Array,
     key_sample: jax.Array,
+    greedy: jax.Array,
     *,
     static: TurnStatic,
 ) -> tuple[_Ctx, TurnSample]:
@@ -107,6 +107,8 @@ def sample_turn(
       alive: bool[B] episodes that act this turn; the others get no tokens.
       left: int32[B] action tokens each episode may still sample (the episode budget).
       key_sample: the rollout's sampling key; turn k uses `fold_in(key_sample, k)`.
+      greedy: bool[] take the argmax instead of sampling (traced: greedy and sampled
+        rollouts share the program).
       static: compile-time settings.
 
     Returns:
@@ -130,7 +132,7 @@ def sample_turn(
             temperature=static.temperature,
             top_k=static.top_k,
             top_p=static.top_p,
-            greedy=static.greedy,
+            greedy=greedy,
         )
         active = alive & ~stopped & (i < left)
         logp_all = sampling.scaled_log_probs(logits, static.temperature)
@@ -240,9 +242,7 @@ def host_rollout_info(
         raise ValueError(f"seeds has shape {seeds.shape}; expected ({cfg.num_tasks},)")
     key_sample = jax.random.split(key)[1]
     pad = tokenizer.pad_id
-    static = TurnStatic(
-        graphdef, lay, cfg.temperature, cfg.top_k, cfg.top_p, cfg.greedy, pad, tokenizer.eoa_id
-    )
+    static = TurnStatic(graphdef, lay, cfg.temperature, cfg.top_k, cfg.top_p, pad, tokenizer.eoa_id)
     budget = cfg.max_episode_tokens or lay.turns * lay.action
     group_ids = np.arange(cfg.batch_size, dtype=np.int32) // cfg.group_size
     rec = _Record.empty(cfg.batch_size, lay, pad)
@@ -263,7 +263,16 @@ def host_rollout_info(
         t0 = time.perf_counter()
         left = (budget - rec.used).astype(np.int32)
         ctx, sample = sample_turn(
-            params, ctx, obs_tok, obs_valid, np.int32(k), alive, left, key_sample, static=static
+            params,
+            ctx,
+            obs_tok,
+            obs_valid,
+            np.int32(k),
+            alive,
+            left,
+            key_sample,
+            np.bool_(cfg.greedy),
+            static=static,
         )
         sample = jax.device_get(sample)
         rec.policy_seconds += time.perf_counter() - t0
