@@ -67,13 +67,12 @@ def sample(
     Returns:
       int32[B] token ids.
     """
-    argmax = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     if isinstance(greedy, bool) and greedy:
-        return argmax
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     scaled = logits.astype(jnp.float32) / temperature
     scaled = filter_logits(scaled, top_k, top_p)
     token = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
     if isinstance(greedy, bool):
         return token
     chex.assert_rank(greedy, {0, 1})
-    return jnp.where(greedy, argmax, token)
+    return jnp.where(greedy, jnp.argmax(logits, axis=-1).astype(jnp.int32), token)

@@ -41,7 +41,7 @@ COMPAT_KEYS = (
 )
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
-EVAL_KEYS = ("success", "reward", "turns", "invalid_rate", "truncated")
+EVAL_KEYS = step_lib.EVAL_KEYS
 EVAL_MODES = ("greedy", "sampled")
 # What a warm start (config.init.params) must share with the run that saved the parameters.
 INIT_COMPAT_KEYS = tuple(k for k in COMPAT_KEYS if k.startswith(("env.", "model.")))

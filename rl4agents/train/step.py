@@ -532,6 +532,10 @@ def _accumulated_grads(grad_fn, params, minibatch: Batch, cfg: StepConfig):
     return grads, metrics
 
 
+# What `evaluate` reports (per decoding mode, "{mode}_{key}", in `Experiment.eval_fn`).
+EVAL_KEYS = ("success", "reward", "turns", "invalid_rate", "truncated")
+
+
 def evaluate(
     params,
     task_keys: jax.Array,
@@ -556,4 +560,4 @@ def evaluate(
         greedy=greedy,
     )
     m = rollout_metrics(traj, rollout_cfg.group_size)
-    return {k: m[k] for k in ("reward", "success", "turns", "invalid_rate", "truncated")}
+    return {k: m[k] for k in EVAL_KEYS}
