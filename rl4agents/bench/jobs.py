@@ -120,6 +120,7 @@ def peer_step_config(
         epochs=1,
         minibatches=1,
         mesh=mesh,
+        shared_prompt=rollout_lib.make_layout(env, rollout_cfg).prompt,  # as train.share_prompt
     )
 
 

@@ -229,9 +229,23 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(hd, cfg.norm_eps, pd)
             self.k_norm = RMSNorm(hd, cfg.norm_eps, pd)
 
-    def __call__(self, x, positions, mask, cache: LayerCache | None, write_index, rows=None):
+    def __call__(
+        self,
+        x,
+        positions,
+        mask,
+        cache: LayerCache | None,
+        write_index,
+        rows=None,
+        prefix_kv: LayerCache | None = None,
+    ):
         """Keys and values of all S slots; queries (and outputs) at `rows` (int32[B, R]) only,
-        or at every slot."""
+        or at every slot.
+
+        Without a cache, returns this chunk's keys and values (`LayerCache` of S slots) in the
+        cache's place. `prefix_kv` (keys [B, KV, hd, P], values [B, KV, P, hd]): keys and values
+        of P slots before these S, which the queries attend too (mask: bool[B, S, P + S]).
+        """
         cfg = self.cfg
         dt = _dtype(cfg.dtype)
         b, s, _ = x.shape
@@ -250,7 +264,8 @@ class Attention(nnx.Module):
         # The cache layout (see `attend`): keys [B, KV, hd, T], values [B, KV, T, hd].
         k = jnp.transpose(k, (0, 2, 3, 1))
         v = jnp.swapaxes(v, 1, 2)
-        if cache is not None:
+        cached = cache is not None
+        if cached:
             k_all = jax.lax.dynamic_update_slice(
                 cache.k, k.astype(cache.k.dtype), (0, 0, 0, write_index)
             )
@@ -260,15 +275,21 @@ class Attention(nnx.Module):
             cache = LayerCache(k_all, v_all)
         else:
             k_all, v_all = k, v
+            cache = LayerCache(k, v)
+        offset = 0
+        if prefix_kv is not None:
+            offset = prefix_kv.k.shape[-1]
+            k_all = jnp.concatenate([prefix_kv.k.astype(dt), k_all], axis=-1)
+            v_all = jnp.concatenate([prefix_kv.v.astype(dt), v_all], axis=2)
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, q.shape[1], cfg.num_kv_heads, groups, cfg.head_dim)
         chunk = cfg.attn_chunk
-        if cache is None and rows is None and chunk and s > chunk:
+        if not cached and rows is None and chunk and s > chunk:
             # Causal query blocks: block [c0, c1) can only attend keys before c1, so the
             # scores of later keys (all masked) are never computed.
             out = jnp.concatenate(
                 [
-                    attend(q[:, c0:c1], k_all, v_all, mask[:, c0:c1, :c1], dt)
+                    attend(q[:, c0:c1], k_all, v_all, mask[:, c0:c1, : offset + c1], dt)
                     for c0, c1 in ((c, min(c + chunk, s)) for c in range(0, s, chunk))
                 ],
                 axis=1,
@@ -305,8 +326,10 @@ class Block(nnx.Module):
         self.post_attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
         self.mlp = MLP(cfg, rngs)
 
-    def __call__(self, x, positions, mask, cache, write_index, rows=None):
-        h, cache = self.attn(self.input_norm(x), positions, mask, cache, write_index, rows)
+    def __call__(self, x, positions, mask, cache, write_index, rows=None, prefix_kv=None):
+        h, cache = self.attn(
+            self.input_norm(x), positions, mask, cache, write_index, rows, prefix_kv
+        )
         if rows is not None:
             x = jnp.take_along_axis(x, rows[..., None], axis=1)
         x = x + h
@@ -330,23 +353,72 @@ class Decoder(nnx.Module):
         self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
 
-    def __call__(self, tokens, positions, mask, cache=None, write_index=0, rows=None):
+    def __call__(
+        self, tokens, positions, mask, cache=None, write_index=0, rows=None, prefix=0, group=1
+    ):
         """Hidden states [B, S, D], or [B, R, D] at `rows` (int32[B, R]): the last layer then
-        computes its queries, attention output and MLP at those slots only."""
+        computes its queries, attention output and MLP at those slots only.
+
+        `prefix` > 0 (no cache): the first `prefix` slots of each run of `group` consecutive
+        rows are the same (the G samples of a task share its prompt); they are computed once
+        per group, and the other slots attend the group's keys and values (gradients flow back
+        to the shared pass). Equal to the pass without sharing when the prefixes are equal.
+        """
+        if prefix:
+            if cache is not None:
+                raise ValueError("a shared prefix is for the cache-free pass only")
+            return self._shared_prefix(tokens, positions, mask, rows, prefix, group)
         x = self.embed(tokens).astype(_dtype(self.cfg.dtype))
         new_cache = []
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
             layer_rows = rows if i == last else None
-            if self.cfg.remat and cache is None:
-                x, c = nnx.remat(lambda blk, *a: blk(*a))(
-                    layer, x, positions, mask, None, 0, layer_rows
-                )
-            else:
-                x, c = layer(x, positions, mask, layer_cache, write_index, layer_rows)
+            x, c = self._layer(layer, x, positions, mask, layer_cache, write_index, layer_rows)
             new_cache.append(c)
         return self.final_norm(x), (None if cache is None else tuple(new_cache))
+
+    def _layer(self, layer, x, positions, mask, cache, write_index, rows, prefix_kv=None):
+        if self.cfg.remat and cache is None:
+            return nnx.remat(lambda blk, *a: blk(*a))(
+                layer, x, positions, mask, None, 0, rows, prefix_kv
+            )
+        return layer(x, positions, mask, cache, write_index, rows, prefix_kv)
+
+    def _shared_prefix(self, tokens, positions, mask, rows, prefix, group):
+        b, t = tokens.shape
+        if b % group or not 0 < prefix < t:
+            raise ValueError(
+                f"shared prefix of {prefix} slots over groups of {group} rows does not fit "
+                f"{b} rows of {t} slots; allowed: group divides the rows, 0 < prefix < slots"
+            )
+
+        def lead(x):  # the first row of each group
+            return x.reshape(b // group, group, *x.shape[1:])[:, 0]
+
+        def per_row(x):  # [B/G, ...] -> [B, ...], each group's value on its G rows
+            return jnp.repeat(x, group, axis=0)
+
+        dt = _dtype(self.cfg.dtype)
+        pos_p, mask_p = lead(positions)[:, :prefix], lead(mask)[:, :prefix, :prefix]
+        pos_r, mask_r = positions[:, prefix:], mask[:, prefix:]
+        x_p = self.embed(lead(tokens)[:, :prefix]).astype(dt)
+        x_r = self.embed(tokens[:, prefix:]).astype(dt)
+        last = len(self.layers) - 1
+        rows_r = None if rows is None else jnp.maximum(rows - prefix, 0)
+        for i, layer in enumerate(self.layers):
+            x_p, kv = self._layer(layer, x_p, pos_p, mask_p, None, 0, None)
+            kv = LayerCache(per_row(kv.k), per_row(kv.v))
+            x_r, _ = self._layer(
+                layer, x_r, pos_r, mask_r, None, 0, rows_r if i == last else None, kv
+            )
+        h_p = per_row(x_p)
+        if rows is None:
+            hidden = jnp.concatenate([h_p, x_r], axis=1)
+        else:
+            at_p = jnp.take_along_axis(h_p, jnp.minimum(rows, prefix - 1)[..., None], axis=1)
+            hidden = jnp.where((rows < prefix)[..., None], at_p, x_r)
+        return self.final_norm(hidden), None
 
 
 class Policy(nnx.Module):
@@ -382,6 +454,8 @@ class Policy(nnx.Module):
         write_index: jax.Array | int = 0,
         with_values: bool = False,
         rows: jax.Array | None = None,
+        prefix: int = 0,
+        group: int = 1,
     ) -> Output:
         """Forward pass.
 
@@ -399,17 +473,24 @@ class Policy(nnx.Module):
           rows: optional int32[B, R]: return outputs at these slots only (every slot's keys
             and values still enter the cache). A prefill that needs the last token's logits
             skips the last layer's queries, attention output and MLP everywhere else.
+          prefix, group: static ints; without a cache, the first `prefix` slots of each run of
+            `group` consecutive rows are equal (a task's prompt, shared by its G samples) and
+            are computed once per run (see `Decoder`). 0 = no sharing.
 
         Returns:
           Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None), with
           R in place of S given `rows`.
         """
-        hidden, cache = self.model(tokens, positions, mask, cache, write_index, rows)
+        hidden, cache = self.model(
+            tokens, positions, mask, cache, write_index, rows, prefix=prefix, group=group
+        )
         values = None
         if with_values and self.cfg.value_head == "shared":
             values = self.value_proj(hidden).astype(jnp.float32)[..., 0]
         elif with_values and self.cfg.value_head == "separate":
-            critic_hidden, _ = self.critic(tokens, positions, mask, rows=rows)
+            critic_hidden, _ = self.critic(
+                tokens, positions, mask, rows=rows, prefix=prefix, group=group
+            )
             values = self.value_proj(critic_hidden).astype(jnp.float32)[..., 0]
         return Output(self.logits(hidden), values, cache)
 

@@ -494,6 +494,8 @@ def score(
     temperature: float = 1.0,
     with_values: bool = False,
     slots: jax.Array | None = None,
+    prefix: int = 0,
+    group: int = 1,
 ) -> Scores:
     """Teacher-forced pass over final trajectories in the slot layout.
 
@@ -507,6 +509,10 @@ def score(
         action slots a loss reads). The last layer then computes its queries, attention
         output and MLP, and the LM head and log-softmax run, at the R slots that predict them
         only; every slot still enters the keys and values. The other slots get 0.
+      prefix, group: static; the first `prefix` slots of each run of `group` consecutive rows
+        are equal (the prompt a task's G samples share): computed once per run (see
+        `policy.Decoder`). 0 = no sharing. Equal to the unshared pass (up to float summation
+        order) when the prefixes are equal; wrong otherwise, so only for rows in group order.
 
     Returns:
       Scores: per-slot log-prob of the slot's token, entropy of its predicting distribution and
@@ -524,7 +530,9 @@ def score(
         src = jnp.take_along_axis(prev, slots, axis=1)  # [B, R] the predicting slots
         has_prev = src >= 0
         src = jnp.maximum(src, 0)
-        out = model(tokens, positions, mask, with_values=with_values, rows=src)
+        out = model(
+            tokens, positions, mask, with_values=with_values, rows=src, prefix=prefix, group=group
+        )
         logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, R, V]
         # the token each predicting slot predicts: its next valid slot's (as the full pass)
         target = jnp.take_along_axis(
@@ -539,7 +547,7 @@ def score(
 
         values = None if out.values is None else put(out.values)
         return Scores(put(logp), put(ent), values)
-    out = model(tokens, positions, mask, with_values=with_values)
+    out = model(tokens, positions, mask, with_values=with_values, prefix=prefix, group=group)
     logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, T, V]
     target = jnp.take_along_axis(tokens, jnp.minimum(nxt, t - 1), axis=1)
     logp_src = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]

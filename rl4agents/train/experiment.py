@@ -450,6 +450,13 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         grad_accum=grad_accum,
         shaping=shaping_cfg,
         sampling=sampling_cfg,
+        # host episodes come from Python environments: their group's prompts are not
+        # guaranteed equal, so the update does not share them
+        shared_prompt=(
+            rollout_lib.make_layout(env, rollout_cfg).prompt
+            if c.train.get("share_prompt", True) and not is_host
+            else 0
+        ),
     )
     if shaping_cfg.overlong_buffer:
         lay = rollout_lib.make_layout(env, rollout_cfg)

@@ -74,6 +74,20 @@ class StepConfig:
     shaping: ShapingConfig = ShapingConfig()
     sampling: SamplingConfig = SamplingConfig()
     grad_accum: int = 1  # microbatches per minibatch, gradients averaged before one update
+    # Prompt slots the G samples of a task share, computed once per group by the update's
+    # teacher-forced passes (0 = off); see `shared_prefix`.
+    shared_prompt: int = 0
+
+
+def shared_prefix(cfg: StepConfig, full_batch: bool) -> tuple[int, int]:
+    """(prefix, group) for `rollout.score` on the update's rows: the prompt is shared by each
+    run of G rows under context="full" when the rows are the whole batch in group order (every
+    pass of `prepare_batch`; the loss's pass with one minibatch and no microbatches). Else
+    (0, 1): no sharing."""
+    whole = full_batch or (cfg.minibatches == 1 and cfg.grad_accum == 1)
+    if cfg.shared_prompt and cfg.rollout.context == "full" and whole:
+        return cfg.shared_prompt, cfg.rollout.group_size
+    return 0, 1
 
 
 class Batch(NamedTuple):
@@ -97,6 +111,7 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
     """Policy loss + entropy bonus + KL to the reference (k-estimator, in the loss) + value loss."""
     model = nnx.merge(cfg.graphdef, params)
     lc = cfg.loss
+    prefix, group = shared_prefix(cfg, full_batch=False)
     sc = rollout_lib.score(
         model,
         batch.tokens,
@@ -104,6 +119,8 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         cfg.rollout.temperature,
         cfg.needs_values,
         slots=batch.score_slots,
+        prefix=prefix,
+        group=group,
     )
     mask = batch.action_mask
     extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
@@ -366,14 +383,25 @@ def prepare_batch(
         )
     values_old = logp_ref = logp_learner = None
     model = nnx.merge(cfg.graphdef, state.params)
+    prefix, group = shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
     if cfg.needs_values or lc.tis_cap > 0:
-        sc = rollout_lib.score(model, tokens, valid, cfg.rollout.temperature, cfg.needs_values)
+        sc = rollout_lib.score(
+            model,
+            tokens,
+            valid,
+            cfg.rollout.temperature,
+            cfg.needs_values,
+            prefix=prefix,
+            group=group,
+        )
         values_old = sc.values
         logp_learner = sc.logp
     logp_behavior = view.logp_behavior
     if lc.kl_coef > 0:
         ref = nnx.merge(cfg.graphdef, state.ref_params)
-        logp_ref = rollout_lib.score(ref, tokens, valid, cfg.rollout.temperature, slots=slots).logp
+        logp_ref = rollout_lib.score(
+            ref, tokens, valid, cfg.rollout.temperature, slots=slots, prefix=prefix, group=group
+        ).logp
         if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_estimator)
             traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, lc.kl_coef * kl, 0.0)))
