@@ -551,7 +551,9 @@ def compute_floors(res: dict, mesh) -> dict:
     """Lower bounds on each job's time: its dense matmul work (every context token through the
     model once while sampling, plus forward and backward, ~3x, over the final sequences in a
     GRPO step; attention, softmax and everything else left out) at the best measured matmul
-    rate. A target whose required time is below its job's floor cannot be met here."""
+    rate. The prompt the 8 samples of a task share counts once per task (it needs computing
+    only once, as our rollout and update do); its slots count as tokens, so the floor stays a
+    lower bound. A target whose required time is below its job's floor cannot be met here."""
     cfg = _bench_model(peer_single.VOCAB)
     _, params = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(cfg, nnx.Rngs(0))))
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
@@ -560,9 +562,15 @@ def compute_floors(res: dict, mesh) -> dict:
     best = max(rates.values())
     mt = res["summary"].get("mt_rollout", {}).get("ours") or {}
     mt_tokens = mt.get("context_tokens")  # valid tokens of the 32 episodes (random weights)
-    tokens = {"gen": 32 * 128, "grpo": 32 * 128 * 4}
+    # 4 tasks x 8 samples: 28 of the 32 episodes repeat their task's prompt (64 slots
+    # single-turn, 72 multi-turn)
+    grpo_once = 32 * 128 - 28 * 64
+    tokens = {"gen": 32 * 128, "grpo": 4 * grpo_once}
     if mt_tokens:
-        tokens.update(mt_rollout=mt_tokens, mt_grpo=4 * mt_tokens)
+        lake = peer_lake.PeerLake()
+        rcfg = rollout_lib.RolloutConfig(num_tasks=4, group_size=8, max_turns=8, max_action_len=16)
+        mt_once = mt_tokens - 28 * rollout_lib.make_layout(lake, rcfg).prompt
+        tokens.update(mt_rollout=mt_once, mt_grpo=4 * mt_once)
     floors = {}
     for fam, n in tokens.items():
         gflop = per_token * n / 1e9
