@@ -132,6 +132,30 @@ def broadcast_to_tokens(per_episode: jax.Array, action_mask: jax.Array) -> jax.A
     return per_episode[:, None] * action_mask.astype(per_episode.dtype)
 
 
+def scatter_rows(
+    index: jax.Array, values: jax.Array, length: int, add: bool = True, dtype=jnp.float32
+) -> jax.Array:
+    """`out[b, index[b, j]] (+)= values[b, j]` into zeros of [B, length]; indices out of
+    range are dropped.
+
+    Args:
+      index: int32[B, J] slots per row.
+      values: [B, J] (or broadcastable) values to add (`add`) or set.
+      length: slots per row of the output.
+
+    Returns:
+      [B, length] of `dtype`. One scatter per row (vmapped): a scatter indexed by (row, slot)
+      pairs makes a batch-sharded program gather the whole batch on every device.
+    """
+    values = jnp.broadcast_to(values, index.shape).astype(dtype)
+
+    def one(i, v):
+        z = jnp.zeros((length,), dtype)
+        return z.at[i].add(v, mode="drop") if add else z.at[i].set(v, mode="drop")
+
+    return jax.vmap(one)(index, values)
+
+
 def token_rewards(traj: Trajectory, placement: str = "turn") -> jax.Array:
     """Place rewards on the action-token slots of a trajectory.
 
@@ -158,8 +182,7 @@ def token_rewards(traj: Trajectory, placement: str = "turn") -> jax.Array:
         vals = traj.outcome_reward.astype(jnp.float32)[:, None]
     else:
         raise ValueError(f"unknown reward placement {placement!r}; allowed: ['turn', 'outcome']")
-    rows = jnp.broadcast_to(jnp.arange(batch)[:, None], slot.shape)
-    return jnp.zeros((batch, slots), jnp.float32).at[rows, slot].add(vals, mode="drop")
+    return scatter_rows(slot, vals, slots)
 
 
 # ---- step-level helpers (a "step" is a valid turn (b, k) of the slot layout) ----------------

@@ -168,14 +168,9 @@ def turn_gae(
     v_end = _turn_values(values, traj.turn_end, ends_ok)
     turn_adv = _turn_gae(traj.turn_rewards.astype(jnp.float32), v_end, ends_ok, turn_gamma, lam)
     turn_return = turn_adv + v_end
-    rows = jnp.broadcast_to(jnp.arange(batch)[:, None], traj.turn_end.shape)
     end_slot = jnp.where(ends_ok, traj.turn_end, slots)
-    is_end = jnp.zeros((batch, slots), bool).at[rows, end_slot].set(True, mode="drop")
-    rewards = (
-        jnp.zeros((batch, slots), jnp.float32)
-        .at[rows, end_slot]
-        .add(jnp.where(ends_ok, turn_return, 0.0), mode="drop")
-    )
+    is_end = common.scatter_rows(end_slot, True, slots, add=False, dtype=bool)
+    rewards = common.scatter_rows(end_slot, jnp.where(ends_ok, turn_return, 0.0), slots)
     if traj.token_penalty is not None:
         rewards = rewards - jnp.where(mask, traj.token_penalty, 0.0)
     m = mask.astype(jnp.float32)

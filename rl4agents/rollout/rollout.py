@@ -540,10 +540,13 @@ def score(
         )
         logp = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
         ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-        rows = jnp.arange(b)[:, None]
-
+        # a scatter per row (vmapped): row-local under a batch-sharded mesh, where a scatter
+        # indexed by (row, slot) pairs made the partitioner gather the batch on every device
         def put(x):
-            return jnp.zeros((b, t), x.dtype).at[rows, slots].set(jnp.where(has_prev, x, 0.0))
+            def one(s, v):
+                return jnp.zeros((t,), v.dtype).at[s].set(v)
+
+            return jax.vmap(one)(slots, jnp.where(has_prev, x, 0.0))
 
         values = None if out.values is None else put(out.values)
         return Scores(put(logp), put(ent), values)
