@@ -128,7 +128,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.minibatches = 1  # M minibatches per epoch
     c.train.grad_accum = 1  # microbatches per minibatch: gradients accumulated, one update
     # The update's teacher-forced passes compute the prompt a task's G samples share once per
-    # group (context="full", the whole batch in one minibatch); the same numbers, less work.
+    # group (context="full"; the loss's pass only with one minibatch and no microbatches);
+    # the same numbers, less work.
     c.train.share_prompt = True
     c.train.max_minutes = 0.0  # stop after this much wall time (0 = no limit)
     c.train.eval_every = 25

@@ -135,13 +135,15 @@ def broadcast_to_tokens(per_episode: jax.Array, action_mask: jax.Array) -> jax.A
 def scatter_rows(
     index: jax.Array, values: jax.Array, length: int, add: bool = True, dtype=jnp.float32
 ) -> jax.Array:
-    """`out[b, index[b, j]] (+)= values[b, j]` into zeros of [B, length]; indices out of
-    range are dropped.
+    """`out[b, index[b, j]] (+)= values[b, j]` into zeros of [B, length]; indices >= length
+    are dropped (negative ones in [-length, -1] wrap, as NumPy indexing).
 
     Args:
       index: int32[B, J] slots per row.
-      values: [B, J] (or broadcastable) values to add (`add`) or set.
+      values: [B, J] (or broadcastable) values.
       length: slots per row of the output.
+      add: add the values (repeated slots sum) or set them.
+      dtype: dtype of the output.
 
     Returns:
       [B, length] of `dtype`. One scatter per row (vmapped): a scatter indexed by (row, slot)

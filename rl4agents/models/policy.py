@@ -244,7 +244,7 @@ class Attention(nnx.Module):
 
         Without a cache, returns this chunk's keys and values (`LayerCache` of S slots) in the
         cache's place. `prefix_kv` (keys [B, KV, hd, P], values [B, KV, P, hd]): keys and values
-        of P slots before these S, which the queries attend too (mask: bool[B, S, P + S]).
+        of P slots before these S, which the queries attend to as well (mask: bool[B, S, P + S]).
         """
         cfg = self.cfg
         dt = _dtype(cfg.dtype)
@@ -362,7 +362,8 @@ class Decoder(nnx.Module):
         `prefix` > 0 (no cache): the first `prefix` slots of each run of `group` consecutive
         rows are the same (the G samples of a task share its prompt); they are computed once
         per group, and the other slots attend the group's keys and values (gradients flow back
-        to the shared pass). Equal to the pass without sharing when the prefixes are equal.
+        to the shared pass). Equal to the pass without sharing when the first `prefix` slots
+        (tokens and mask rows) are equal within each group.
         """
         if prefix:
             if cache is not None:
@@ -375,7 +376,8 @@ class Decoder(nnx.Module):
             layer_cache = None if cache is None else cache[i]
             layer_rows = rows if i == last else None
             x, c = self._layer(layer, x, positions, mask, layer_cache, write_index, layer_rows)
-            new_cache.append(c)
+            if cache is not None:
+                new_cache.append(c)
         return self.final_norm(x), (None if cache is None else tuple(new_cache))
 
     def _layer(self, layer, x, positions, mask, cache, write_index, rows, prefix_kv=None):

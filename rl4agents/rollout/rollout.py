@@ -540,6 +540,7 @@ def score(
         )
         logp = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
         ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+
         # a scatter per row (vmapped): row-local under a batch-sharded mesh, where a scatter
         # indexed by (row, slot) pairs made the partitioner gather the batch on every device
         def put(x):

@@ -75,7 +75,9 @@ class StepConfig:
     sampling: SamplingConfig = SamplingConfig()
     grad_accum: int = 1  # microbatches per minibatch, gradients averaged before one update
     # Prompt slots the G samples of a task share, computed once per group by the update's
-    # teacher-forced passes (0 = off); see `shared_prefix`.
+    # teacher-forced passes (0 = off); see `shared_prefix`. Only for episodes in group order
+    # whose first `shared_prompt` slots (tokens and validity) are equal within each group, as
+    # `rollout` makes them; the passes read each group's first row there.
     shared_prompt: int = 0
 
 
@@ -85,8 +87,9 @@ def shared_prefix(cfg: StepConfig, full_batch: bool) -> tuple[int, int]:
     pass of `prepare_batch`; the loss's pass with one minibatch and no microbatches). Else
     (0, 1): no sharing."""
     whole = full_batch or (cfg.minibatches == 1 and cfg.grad_accum == 1)
-    if cfg.shared_prompt and cfg.rollout.context == "full" and whole:
-        return cfg.shared_prompt, cfg.rollout.group_size
+    g = cfg.rollout.group_size
+    if cfg.shared_prompt and g > 1 and cfg.rollout.context == "full" and whole:
+        return cfg.shared_prompt, g
     return 0, 1
 
 
@@ -487,7 +490,9 @@ def update(
     """The learning half of `train_step`: credit, then `epochs` x `minibatches` updates; pure.
 
     Used by `train_step` after its jitted rollout, and on its own by trainers whose episodes
-    come from elsewhere (host environments, `rl4agents.envs.host`).
+    come from elsewhere (host environments, `rl4agents.envs.host`). With
+    `cfg.shared_prompt` > 0 the episodes must be in group order with equal prompt slots within
+    each group (as `rollout` makes them); else build the config with `shared_prompt=0`.
 
     Args:
       state: the training state.

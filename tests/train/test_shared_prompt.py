@@ -113,12 +113,12 @@ def test_score__the_prompt_really_is_computed_once_per_group():
     first row), so its scores equal the unshared pass on the first row's prompt."""
     traj = _traj()
     tokens = np.asarray(traj.tokens).copy()
-    other = tokens.copy()
+    original = tokens.copy()
     p = LAY.prompt
     tokens[1, : p - 1] = (tokens[1, : p - 1] + 1) % ENV.tokenizer.vocab_size  # sample 1 of task 0
     run = _scorer("none", True)
     (_, shared), (_, unshared_changed) = run(jnp.asarray(tokens))
-    (_, _), (_, unshared_first) = run(jnp.asarray(other))
+    (_, _), (_, unshared_first) = run(jnp.asarray(original))
     a, b = np.asarray(shared.logp), np.asarray(unshared_first.logp)
     np.testing.assert_allclose(a, b, atol=2e-5)
     assert not np.allclose(np.asarray(unshared_changed.logp)[1], b[1], atol=1e-3)
@@ -161,6 +161,8 @@ def test_shared_prefix__only_on_full_history_rows_in_group_order():
         assert step_lib.shared_prefix(other, full_batch=True) == (lay.prompt, g)
     window = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, context="window"))
     assert step_lib.shared_prefix(window, full_batch=True) == (0, 1)
+    single = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, group_size=1))
+    assert step_lib.shared_prefix(single, full_batch=True) == (0, 1)  # nothing to share
     off = experiment.build(_config(**{"train.share_prompt": False}), mesh=mesh).step_cfg
     assert off.shared_prompt == 0
     assert step_lib.shared_prefix(off, full_batch=True) == (0, 1)
