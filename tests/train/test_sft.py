@@ -83,6 +83,9 @@ def test_collect_demos__action_longer_than_the_budget_raises(setup):
         sft.collect_demos(exp.env, exp.env.default_params("train"), keys[:2], short, keys[0])
 
 
+# ~70 s (SFT to a clone, then an RL run from it): slow suite; the default suite keeps the
+# demonstrations, the warm start's errors and the minibatch passes below
+@pytest.mark.slow
 def test_sft__clones_the_oracle_and_rl_starts_from_it(setup, tmp_path):
     exp, lay, _, demos = setup
     state = exp.init_state(jax.random.key(0))
