@@ -417,6 +417,9 @@ def test_config_from_hf__legacy_rope_keys_defaults_and_sliding_window():
         hf.config_from_hf({**legacy, "attention_bias": True})
 
 
+# ~65 s (an RL run from a saved checkpoint): slow suite; loading, parity, placement and the
+# checkpoint's tokenizer on a rollout stay in the default suite above
+@pytest.mark.slow
 def test_train_from_checkpoint__rl_starts_from_the_pretrained_weights(tmp_path):
     from configs import base
     from rl4agents.train import experiment, loop

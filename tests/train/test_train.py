@@ -45,9 +45,10 @@ def _two_steps(config, mesh):
     return jax.device_get(state.params), out
 
 
-# ppo_gae with its value head on 8 devices stays in the default suite through
-# tests/test_sharding.py's (2, 2, 2) mesh; its data-parallel case here is slow.
-@pytest.mark.parametrize("credit_name", ["grpo", pytest.param("ppo_gae", marks=pytest.mark.slow)])
+# Both cases are slow (~50 s each); the default suite compares 8 devices with 1 in
+# tests/test_sharding.py on a (2, 2, 2) mesh.
+@pytest.mark.slow
+@pytest.mark.parametrize("credit_name", ["grpo", "ppo_gae"])
 def test_train_step__8_devices_match_1_device(credit_name):
     config = tiny_config(
         **{
