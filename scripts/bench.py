@@ -295,13 +295,7 @@ def our_jobs(mesh, turn_groups: int = 1) -> dict[str, OurJob]:
     )
     # (b) multi-turn FrozenLake: 4 maps x 8 samples, 8 turns, 16 action tokens.
     lake = peer_lake.PeerLake()
-    mt_cfg = rollout_lib.RolloutConfig(
-        num_tasks=peer_lake.NUM_MAPS,
-        group_size=8,
-        max_turns=peer_lake.MAX_TURNS,
-        max_action_len=16,
-        turn_groups=turn_groups,
-    )
+    mt_cfg = peer_lake.rollout_config(turn_groups)
     rollout_job(
         "mt_rollout",
         f"rl4agents rollout (jitted, KV cache kept, {turn_groups} turn groups)",
@@ -568,8 +562,7 @@ def compute_floors(res: dict, mesh) -> dict:
     tokens = {"gen": 32 * 128, "grpo": 4 * grpo_once}
     if mt_tokens:
         lake = peer_lake.PeerLake()
-        rcfg = rollout_lib.RolloutConfig(num_tasks=4, group_size=8, max_turns=8, max_action_len=16)
-        mt_once = mt_tokens - 28 * rollout_lib.make_layout(lake, rcfg).prompt
+        mt_once = mt_tokens - 28 * rollout_lib.make_layout(lake, peer_lake.rollout_config()).prompt
         tokens.update(mt_rollout=mt_once, mt_grpo=4 * mt_once)
     floors = {}
     for fam, n in tokens.items():

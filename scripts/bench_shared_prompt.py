@@ -34,14 +34,7 @@ from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 
 def job(name: str):
     if name == "mt_grpo":
-        env = peer_lake.PeerLake()
-        cfg = rollout_lib.RolloutConfig(
-            num_tasks=peer_lake.NUM_MAPS,
-            group_size=8,
-            max_turns=peer_lake.MAX_TURNS,
-            max_action_len=16,
-            turn_groups=4,
-        )
+        env, cfg = peer_lake.PeerLake(), peer_lake.rollout_config(turn_groups=4)
     else:
         env = peer_single.RandomPrompt(max_completion=64, eos=True)
         cfg = rollout_lib.RolloutConfig(num_tasks=4, group_size=8, max_turns=1, max_action_len=64)

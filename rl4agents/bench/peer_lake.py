@@ -31,6 +31,7 @@ import numpy as np
 from rl4agents import text
 from rl4agents.bench import vocab
 from rl4agents.envs import base
+from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.types import TimeStep
 
 VOCAB = 512
@@ -241,3 +242,14 @@ class PeerLake:
     def render(self, state: PeerLakeState) -> str:
         """The observation text of `state` (host side), as mt_common's `render()` writes it."""
         return self.tokenizer.decode(np.asarray(self._observation(state)))
+
+
+def rollout_config(turn_groups: int = 1):
+    """The multi-turn job's rollout: 4 maps x 8 samples, 8 turns of up to 16 action tokens."""
+    return rollout_lib.RolloutConfig(
+        num_tasks=NUM_MAPS,
+        group_size=8,
+        max_turns=MAX_TURNS,
+        max_action_len=16,
+        turn_groups=turn_groups,
+    )

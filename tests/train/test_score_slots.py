@@ -30,13 +30,18 @@ CFG = rollout_lib.RolloutConfig(num_tasks=3, group_size=2, max_turns=4, max_acti
 
 
 @functools.cache
-def _traj():
-    model_cfg = policy_lib.make_config("tiny", ENV.tokenizer.vocab_size)
+def tiny_rollout(env=ENV, cfg=CFG):
+    """One jitted rollout of `cfg` on `env` with a freshly initialised tiny policy."""
+    model_cfg = policy_lib.make_config("tiny", env.tokenizer.vocab_size)
     graphdef, params = nnx.split(policy_lib.Policy(model_cfg, nnx.Rngs(0)))
     run = jax.jit(
-        lambda key, p: rollout_lib.rollout(key, graphdef, p, ENV, ENV.default_params(), CFG)
+        lambda key, p: rollout_lib.rollout(key, graphdef, p, env, env.default_params(), cfg)
     )
     return run(jax.random.key(0), params)
+
+
+def _traj():
+    return tiny_rollout()
 
 
 def test_action_slots__are_the_action_blocks_of_the_layout():

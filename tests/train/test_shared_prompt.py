@@ -23,6 +23,7 @@ from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
 from rl4agents.train import step as step_lib
 from tests.toy_env import RepeatDigit
+from tests.train.test_score_slots import tiny_rollout
 from tests.train.test_train import tiny_config
 
 ENV = RepeatDigit(num_turns=3)
@@ -31,14 +32,8 @@ CFG = rollout_lib.RolloutConfig(num_tasks=2, group_size=G, max_turns=3, max_acti
 LAY = rollout_lib.make_layout(ENV, CFG)
 
 
-@functools.cache
 def _traj():
-    model_cfg = policy_lib.make_config("tiny", ENV.tokenizer.vocab_size)
-    graphdef, params = nnx.split(policy_lib.Policy(model_cfg, nnx.Rngs(0)))
-    run = jax.jit(
-        lambda key, p: rollout_lib.rollout(key, graphdef, p, ENV, ENV.default_params(), CFG)
-    )
-    return run(jax.random.key(0), params)
+    return tiny_rollout(ENV, CFG)
 
 
 @functools.cache
