@@ -16,6 +16,10 @@ if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     # LLVM without its optimization passes: programs compile ~40% faster and run slower,
     # a good trade for tiny test programs that run a few times each.
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
+if "xla_cpu_use_fusion_emitters" not in os.environ["XLA_FLAGS"]:
+    # XLA CPU's older fusion code generator: the tiny test programs compile ~2x faster
+    # (train step of the tiny test config: 13 -> 7 s) with the same results.
+    os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"
 
 import jax  # noqa: E402
 
