@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -86,11 +87,24 @@ def test_train_step__params_change_and_metrics_finite():
     assert max(diffs) > 0
 
 
-def test_loop__interrupted_and_resumed_equals_uninterrupted(tmp_path):
+# The loop tests share one uninterrupted run per test worker (a copy where a test writes).
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """Workdir of an uninterrupted 4-step run of `tiny_config()` (checkpoints at 2 and 4)."""
+    workdir = tmp_path_factory.mktemp("full")
+    loop.run(tiny_config(), str(workdir), quiet=True)
+    return workdir
+
+
+def _files(d):
+    """{relative path: bytes} of every file under `d`."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+def test_loop__interrupted_and_resumed_equals_uninterrupted(tmp_path, full_run):
     config = tiny_config()
-    full = tmp_path / "full"
+    full = full_run
     part = tmp_path / "part"
-    loop.run(config, str(full), quiet=True)
     loop.run(config, str(part), stop_after=3, quiet=True)  # killed after step 3
     assert (part / "checkpoints" / "3").exists()
     loop.run(config, str(part), quiet=True)  # resumes at step 3
@@ -102,27 +116,29 @@ def test_loop__interrupted_and_resumed_equals_uninterrupted(tmp_path):
         ]
 
     assert rows(full) == rows(part)
+    assert {r["step"] for r in rows(full)} >= {1, 2, 3, 4}
     s_full = json.loads((full / "summary.json").read_text())
     s_part = json.loads((part / "summary.json").read_text())
     assert s_full["eval_test"] == s_part["eval_test"]
     assert os.path.exists(full / "curves.png") and os.path.exists(full / "tb")
 
 
-def test_loop__killed_after_last_checkpoint_finishes_on_resume(tmp_path):
-    config = tiny_config()
-    loop.run(config, str(tmp_path), quiet=True)
-    summary = json.loads((tmp_path / "summary.json").read_text())
+def test_loop__killed_after_last_checkpoint_finishes_on_resume(tmp_path, full_run):
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    summary = json.loads((workdir / "summary.json").read_text())
     # As if killed after the step-4 checkpoint, before the final evaluation was written.
-    (tmp_path / "summary.json").write_text(json.dumps({"steps": 4, "finished": False}))
-    resumed = loop.run(config, str(tmp_path), quiet=True)
+    (workdir / "summary.json").write_text(json.dumps({"steps": 4, "finished": False}))
+    resumed = loop.run(tiny_config(), str(workdir), quiet=True)
     assert resumed["finished"] and resumed["steps"] == 4
     assert resumed["eval_test"] == summary["eval_test"]
 
 
-def test_loop__incompatible_checkpoint_fails_and_keeps_files(tmp_path):
-    loop.run(tiny_config(**{"train.num_steps": 2}), str(tmp_path), quiet=True)
-    before = (tmp_path / "checkpoints" / "config.json").read_text()
+def test_loop__incompatible_checkpoint_fails_and_keeps_files(tmp_path, full_run):
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    assert (workdir / "checkpoints" / "4").is_dir()
+    before = _files(workdir)
     with pytest.raises(ValueError, match=r"model.d_model: stored 0, new 32"):
-        loop.run(tiny_config(**{"model.d_model": 32}), str(tmp_path), quiet=True)
-    assert (tmp_path / "checkpoints" / "config.json").read_text() == before
-    assert (tmp_path / "checkpoints" / "2").exists()
+        loop.run(tiny_config(**{"model.d_model": 32}), str(workdir), quiet=True)
+    assert _files(workdir) == before  # nothing written, nothing lost
