@@ -57,7 +57,7 @@ def test_rollout__logp_equals_teacher_forced_pass_in_query_blocks():
     )
 
 
-@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize("groups", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_rollout__turn_groups_give_the_same_episodes(groups):
     """A growing cache (turn groups) changes what is computed, not what is sampled."""
     graphdef, params, traj = _traj()

@@ -46,7 +46,7 @@ def test_window__covering_all_turns_equals_full_history():
     np.testing.assert_array_equal(full.turn_rewards, win.turn_rewards)
 
 
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_window__rows_logp_equal_teacher_forced_pass(k):
     traj, rows = _run(_window(k), seed=1)
     graphdef, params = _params()

@@ -37,13 +37,13 @@ def _traj():
 
 
 @functools.cache
-def _scorer(value_head: str, slots: bool):
+def _scorer(value_head: str, slots: bool, remat: bool = False):
     """Jitted tokens -> (shared, unshared) (gradients, scores) of a weighted sum of the scores,
-    on the rollout's valid mask."""
+    on the rollout's valid mask; `remat` recomputes each layer in the backward pass."""
     traj = _traj()
     # attention in query blocks of 4 slots: the shared pass's blocks start after the prompt
     model_cfg = policy_lib.make_config(
-        "tiny", ENV.tokenizer.vocab_size, value_head=value_head, attn_chunk=4
+        "tiny", ENV.tokenizer.vocab_size, value_head=value_head, attn_chunk=4, remat=remat
     )
     graphdef, params = nnx.split(policy_lib.Policy(model_cfg, nnx.Rngs(1)))
     # non-zero value projection, so the value head's gradients are exercised
@@ -80,12 +80,12 @@ def _scorer(value_head: str, slots: bool):
 
 
 @pytest.mark.parametrize(
-    "value_head, slots",
-    [("none", False), ("separate", True)],
-    ids=["all_slots", "action_slots_separate_critic"],
+    "value_head, slots, remat",
+    [("none", False, False), ("separate", True, True)],
+    ids=["all_slots", "action_slots_separate_critic_remat"],
 )
-def test_score__shared_prompt_equals_the_unshared_pass(value_head, slots):
-    (g_shared, s_shared), (g_full, s_full) = _scorer(value_head, slots)(_traj().tokens)
+def test_score__shared_prompt_equals_the_unshared_pass(value_head, slots, remat):
+    (g_shared, s_shared), (g_full, s_full) = _scorer(value_head, slots, remat)(_traj().tokens)
     mask = np.asarray(_traj().action_mask)
     assert mask.sum() > 6
     assert (s_shared.values is None) == (value_head == "none")
