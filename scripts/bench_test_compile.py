@@ -1,0 +1,74 @@
+"""Compile time of the test suite's tiny train step under XLA CPU flag sets.
+
+  python scripts/bench_test_compile.py [--repeats 2]
+
+Most of the default suite's time is XLA compiling small programs. This times the program most
+tests build: the train step of `tests/train/test_train.py:tiny_config()` (FrozenLake 4x4, tiny
+model, 2 layers) on 8 simulated CPU devices, at the optimisation level the suite uses
+(`--xla_backend_optimization_level=0`, set in `tests/conftest.py`), with no compilation cache.
+Each flag set runs in its own process (XLA reads its flags once), the sets alternate for
+`--repeats` rounds. Prints tracing + lowering and compile seconds per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+BASE = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+FLAG_SETS = (
+    "",
+    "--xla_cpu_use_fusion_emitters=false",  # the suite's setting (tests/conftest.py)
+    "--xla_llvm_disable_expensive_passes=true",
+    "--xla_cpu_parallel_codegen_split_count=1",
+    "--xla_cpu_enable_concurrency_optimized_scheduler=false",
+    "--xla_cpu_use_fusion_emitters=false --xla_cpu_experimental_ynn_fusion_type=",
+)
+
+CHILD = """
+import time, jax
+jax.config.update("jax_num_cpu_devices", 8)
+from tests.train.test_train import tiny_config
+from rl4agents.train import experiment
+exp = experiment.build(tiny_config())
+state = exp.init_state(jax.random.key(0))
+t = time.perf_counter(); lowered = exp.train_step.lower(state, exp.root_key())
+lower = time.perf_counter() - t
+t = time.perf_counter(); lowered.compile(); comp = time.perf_counter() - t
+print(f"{lower:.2f} {comp:.2f}")
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="rounds over the flag sets")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats={args.repeats}; must be >= 1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    times = {flags: [] for flags in FLAG_SETS}
+    for r in range(args.repeats):
+        for flags in FLAG_SETS:
+            env = {**os.environ, "XLA_FLAGS": f"{BASE} {flags}".strip(), "PYTHONPATH": root}
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, cwd=root
+            )
+            if out.returncode != 0:
+                raise SystemExit(f"flags {flags!r} failed:\n{out.stderr[-2000:]}")
+            lower, comp = map(float, out.stdout.strip().splitlines()[-1].split())
+            times[flags].append((lower, comp))
+            print(
+                f"round {r + 1}: {flags or '(O0 only)'}: lower {lower:.2f} s, compile {comp:.2f} s"
+            )
+    print("\n| extra XLA_FLAGS (after the O0 setting) | trace + lower s | compile s |")
+    print("|---|---|---|")
+    for flags, runs in times.items():
+        lows = ", ".join(f"{a:.1f}" for a, _ in runs)
+        comps = ", ".join(f"{b:.1f}" for _, b in runs)
+        print(f"| `{flags}` |" if flags else "| (none) |", lows, "|", comps, "|")
+
+
+if __name__ == "__main__":
+    main()
