@@ -24,6 +24,7 @@ FLAG_SETS = (
     "--xla_llvm_disable_expensive_passes=true",
     "--xla_cpu_parallel_codegen_split_count=1",
     "--xla_cpu_enable_concurrency_optimized_scheduler=false",
+    "--xla_cpu_use_fusion_emitters=false --xla_cpu_use_thunk_runtime=false",
     "--xla_cpu_use_fusion_emitters=false --xla_cpu_experimental_ynn_fusion_type=",
 )
 
