@@ -10,4 +10,5 @@ EXTRAS="${EXTRAS-hf,host}"  # checkpoint parity (torch, transformers) and TextAr
 source scripts/_venv.sh
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
-exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" "$@"
+# Whole files per worker, heaviest first (tests/conftest.py): module fixtures run once.
+exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -38,3 +38,19 @@ if _CACHE != "off":
     # A size bound turns on the cache's file lock: the two workers never read a half-written
     # entry. Least recently used entries go first past 2 GiB.
     jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+
+
+# Heaviest first: `scripts/test.sh` hands whole files to the two workers in collection order
+# (`--dist loadfile --no-loadscope-reorder`), so the long train-step and sharding files start
+# at once and the many short files even out the end.
+_FIRST = ("tests/train/", "tests/test_", "tests/rollout/", "tests/models/", "tests/envs/")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = str(config.rootpath)
+
+    def rank(item):
+        path = os.path.relpath(str(item.path), root)
+        return next((i for i, p in enumerate(_FIRST) if path.startswith(p)), len(_FIRST))
+
+    items.sort(key=rank)  # stable: the order within a rank is kept

@@ -74,8 +74,14 @@ def test_train_step__8_devices_match_1_device(credit_name):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=2e-5), p8, p1)
 
 
+def loop_config(**overrides):
+    """`tiny_config` with one layer, which compiles faster: this file's step and loop tests
+    check updates, checkpoints and resume, not depth."""
+    return tiny_config(**{"model.num_layers": 1, **overrides})
+
+
 def test_train_step__params_change_and_metrics_finite():
-    config = tiny_config()
+    config = loop_config()  # the loop tests' train step: its compile is cached for them
     exp = experiment.build(config)
     state = exp.init_state(jax.random.key(0))
     before = jax.device_get(state.params)
@@ -87,12 +93,13 @@ def test_train_step__params_change_and_metrics_finite():
     assert max(diffs) > 0
 
 
-# The loop tests share one uninterrupted run per test worker (a copy where a test writes).
+# The loop tests share one uninterrupted run (a copy where a test writes). `scripts/test.sh`
+# sends a file's tests to one pytest-xdist worker (`--dist loadfile`), so it is made once.
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """Workdir of an uninterrupted 4-step run of `tiny_config()` (checkpoints at 2 and 4)."""
+    """Workdir of an uninterrupted 4-step run of `loop_config()` (checkpoints at 2 and 4)."""
     workdir = tmp_path_factory.mktemp("full")
-    loop.run(tiny_config(), str(workdir), quiet=True)
+    loop.run(loop_config(), str(workdir), quiet=True)
     return workdir
 
 
@@ -102,7 +109,7 @@ def _files(d):
 
 
 def test_loop__interrupted_and_resumed_equals_uninterrupted(tmp_path, full_run):
-    config = tiny_config()
+    config = loop_config()
     full = full_run
     part = tmp_path / "part"
     loop.run(config, str(part), stop_after=3, quiet=True)  # killed after step 3
@@ -129,7 +136,7 @@ def test_loop__killed_after_last_checkpoint_finishes_on_resume(tmp_path, full_ru
     summary = json.loads((workdir / "summary.json").read_text())
     # As if killed after the step-4 checkpoint, before the final evaluation was written.
     (workdir / "summary.json").write_text(json.dumps({"steps": 4, "finished": False}))
-    resumed = loop.run(tiny_config(), str(workdir), quiet=True)
+    resumed = loop.run(loop_config(), str(workdir), quiet=True)
     assert resumed["finished"] and resumed["steps"] == 4
     assert resumed["eval_test"] == summary["eval_test"]
 
@@ -140,5 +147,5 @@ def test_loop__incompatible_checkpoint_fails_and_keeps_files(tmp_path, full_run)
     assert (workdir / "checkpoints" / "4").is_dir()
     before = _files(workdir)
     with pytest.raises(ValueError, match=r"model.d_model: stored 0, new 32"):
-        loop.run(tiny_config(**{"model.d_model": 32}), str(workdir), quiet=True)
+        loop.run(loop_config(**{"model.d_model": 32}), str(workdir), quiet=True)
     assert _files(workdir) == before  # nothing written, nothing lost

@@ -16,7 +16,7 @@ SLOW = [n for n in credit.names() if n not in FAST]
 
 
 def _losses(name):
-    over = {"credit.name": name}
+    over = {"credit.name": name, "model.num_layers": 1}  # one layer compiles faster
     if credit.requires_values(name):
         over["model.value_head"] = "shared"
     full = experiment.build(tiny_config(**over))
@@ -67,7 +67,8 @@ def test_window_update_equals_full_history__all_estimators(name):
 
 
 def test_window_train_step_runs():
-    exp = experiment.build(tiny_config(**{"rollout.context": "window", "rollout.window_turns": 1}))
+    over = {"rollout.context": "window", "rollout.window_turns": 1, "model.num_layers": 1}
+    exp = experiment.build(tiny_config(**over))
     state = exp.init_state(jax.random.key(0))
     state, metrics = exp.train_step(state, exp.root_key())
     assert all(np.isfinite(float(v)) for v in jax.device_get(metrics).values())
