@@ -4,6 +4,7 @@
 #   ./scripts/test.sh                 # fast suite (slow tests excluded)
 #   ./scripts/test.sh -m slow         # the slow tests only
 #   ./scripts/test.sh tests/credit    # any pytest arguments
+#   ./scripts/test.sh --dist load tests/credit/test_registry.py  # one file over both workers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${EXTRAS-hf,host}"  # checkpoint parity (torch, transformers) and TextArena tests
