@@ -250,6 +250,9 @@ def test_terminal__progress_reward_follows_the_grep_oracle():
         assert bool(state.done) and total == pytest.approx(1.0 + 0.1 * (key_depth + 1))
 
 
+# Slow (~12 s, op-by-op dispatch): the contract and fuzz tests run this env jitted on every
+# split; FrozenLake's and Sokoban's jit-vs-eager tests stay in the default suite.
+@pytest.mark.slow
 def test_terminal__jit_matches_eager_on_short_episode():
     states, _ = BATCHED.reset(BATCHED.keys(3), TRAIN)
     start = _index(states, 0)
