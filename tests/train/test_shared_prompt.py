@@ -163,8 +163,9 @@ def test_shared_prefix__only_on_full_history_rows_in_group_order():
     assert step_lib.shared_prefix(off, full_batch=True) == (0, 1)
 
 
-# Slow (~20 s): the score-level tests above already check that log-probs, entropies, values
-# and gradients equal the unshared pass; this checks the whole update end to end.
+# Slow (~20 s): the score-level tests above check that log-probs, entropies, values and
+# gradients equal the unshared pass; this adds the step's own passes (old values, reference
+# log-probs) and the whole update, end to end (`./scripts/test.sh -m slow`).
 @pytest.mark.slow
 def test_train_step__shared_prompt_gives_the_same_update():
     """ppo_gae with a shared value head and a KL term: every teacher-forced pass of the step
