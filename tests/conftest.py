@@ -11,6 +11,8 @@ the program, the compile options, the devices and the JAX version: a stale entry
 
 import os
 
+import pytest
+
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     # LLVM without its optimization passes: programs compile ~40% faster and run slower,
@@ -54,3 +56,36 @@ def pytest_collection_modifyitems(config, items):
         return next((i for i, p in enumerate(_FIRST) if path.startswith(p)), len(_FIRST))
 
     items.sort(key=rank)  # stable: the order within a rank is kept
+
+
+_BUILDS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def reuse_builds():
+    """Serve `experiment.build` calls with an equal config and mesh from one `Experiment`.
+
+    A test that trains the same config several times (a run, then its interruption and
+    resumption) otherwise traces and lowers the same programs again for each run, and reads
+    each compiled program back from the compilation cache: ~8 s per run for the tiny step.
+    An `Experiment` is immutable and its programs are pure functions of the config, so runs
+    that share one behave as with fresh builds (the compilation cache already serves such a
+    rebuild the identical executable, found by the program's hash). Host-environment
+    experiments hold environment processes and are always built afresh.
+    """
+    from rl4agents.train import experiment
+
+    build = experiment.build
+
+    def reused(config, mesh=None):
+        key = (config.to_json_best_effort(sort_keys=True), mesh)
+        if key not in _BUILDS:
+            exp = build(config, mesh=mesh)
+            if type(exp) is not experiment.Experiment:
+                return exp
+            _BUILDS[key] = exp
+        return _BUILDS[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(experiment, "build", reused)
+        yield

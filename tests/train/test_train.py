@@ -12,6 +12,9 @@ from configs import base
 from rl4agents import sharding
 from rl4agents.train import experiment, loop, writers
 
+# The step test and the loop tests' five runs train one config: built once (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("reuse_builds")
+
 
 def tiny_config(**overrides):
     c = base.get_config()
@@ -81,7 +84,7 @@ def loop_config(**overrides):
 
 
 def test_train_step__params_change_and_metrics_finite():
-    config = loop_config()  # the loop tests' train step: its compile is cached for them
+    config = loop_config()  # the loop tests' config: one build serves them all
     exp = experiment.build(config)
     state = exp.init_state(jax.random.key(0))
     before = jax.device_get(state.params)
