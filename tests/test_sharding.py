@@ -18,11 +18,21 @@ from tests.train.test_train import tiny_config
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "train_step_shardings_2x2x2.txt")
 AXES = ("data", "fsdp", "tensor")
+# The golden test's build is the (2, 2, 2) mesh test's: built once (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("reuse_builds")
 
 
 def mesh(shape):
     n = int(np.prod(shape))
     return sharding.make_mesh(AXES, shape, devices=jax.devices()[:n])
+
+
+def ppo_config():
+    """PPO with a shared value head (value and policy gradients); one layer, which compiles
+    faster: every layer's parameters and activations shard alike."""
+    return tiny_config(
+        **{"credit.name": "ppo_gae", "model.value_head": "shared", "model.num_layers": 1}
+    )
 
 
 def test_logical_spec__rules_divisibility_and_reuse():
@@ -52,7 +62,7 @@ def _two_steps(config, m):
 
 @pytest.fixture(scope="module")
 def reference():
-    config = tiny_config(**{"credit.name": "ppo_gae", "model.value_head": "shared"})
+    config = ppo_config()
     state, metrics = _two_steps(config, mesh((1, 1, 1)))
     return config, jax.device_get(state.params), metrics
 
@@ -94,7 +104,7 @@ def test_meshes__two_steps_match_one_device(reference, shape):
 
 
 def _golden_lines():
-    config = tiny_config(**{"credit.name": "ppo_gae", "model.value_head": "shared"})
+    config = ppo_config()
     exp = experiment.build(config, mesh=mesh((2, 2, 2)))
     compiled = exp.train_step.lower(exp.abstract_state(), exp.root_key()).compile()
     (state_in, key_in), _ = compiled.input_shardings
