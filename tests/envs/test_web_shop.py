@@ -163,7 +163,7 @@ def test_web_shop__search_lists_products_with_the_keyword_first():
     _assert_output(obs, "[b16] white wool sweater\nprice: $39\nsize: m xl\nselected: none\n")
     # At most max_results rows, the first by item id.
     env = web_shop.WebShop(max_results=2)
-    ((_, _, obs),) = _run(["search red"], env=env, step=env.step)
+    ((_, _, obs),) = _run(["search red"], env=env, step=jax.jit(env.step))
     _assert_output(obs, "results for red\n[b03] red cotton shirt $24\n[b05] red linen shirt $44\n")
 
 

@@ -27,6 +27,12 @@ def _setup(value_head="none"):
     return graphdef, params, run
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _score(graphdef, params, tokens, valid_mask):
+    """The teacher-forced pass over whole trajectories, jitted (one compile, not one per op)."""
+    return rollout_lib.score(nnx.merge(graphdef, params), tokens, valid_mask)
+
+
 def _traj(seed=0):
     graphdef, params, run = _setup()
     return graphdef, params, run(jax.random.key(seed), params)
@@ -34,7 +40,7 @@ def _traj(seed=0):
 
 def test_rollout__logp_equals_teacher_forced_pass():
     graphdef, params, traj = _traj()
-    scores = rollout_lib.score(nnx.merge(graphdef, params), traj.tokens, traj.valid_mask)
+    scores = _score(graphdef, params, traj.tokens, traj.valid_mask)
     mask = np.asarray(traj.action_mask)
     assert mask.sum() > 10
     np.testing.assert_allclose(
@@ -50,7 +56,7 @@ def test_rollout__logp_equals_teacher_forced_pass_in_query_blocks():
     assert traj.tokens.shape[1] > 8
     cfg = dataclasses.replace(nnx.merge(graphdef, params).cfg, attn_chunk=4)
     blocked, _ = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
-    scores = rollout_lib.score(nnx.merge(blocked, params), traj.tokens, traj.valid_mask)
+    scores = _score(blocked, params, traj.tokens, traj.valid_mask)
     mask = np.asarray(traj.action_mask)
     np.testing.assert_allclose(
         np.asarray(scores.logp)[mask], np.asarray(traj.logp_behavior)[mask], atol=2e-5
@@ -117,10 +123,9 @@ def test_turn_group_bounds__cover_all_turns_with_growing_caches():
 
 def test_rollout__teacher_forced_pass_ignores_padding_content():
     graphdef, params, traj = _traj(1)
-    model = nnx.merge(graphdef, params)
     junk = jnp.where(traj.valid_mask, traj.tokens, 7)  # garbage in padding slots
-    a = rollout_lib.score(model, traj.tokens, traj.valid_mask).logp
-    b = rollout_lib.score(model, junk, traj.valid_mask).logp
+    a = _score(graphdef, params, traj.tokens, traj.valid_mask).logp
+    b = _score(graphdef, params, junk, traj.valid_mask).logp
     valid = np.asarray(traj.valid_mask)
     np.testing.assert_allclose(np.asarray(a)[valid], np.asarray(b)[valid], atol=1e-5)
 

@@ -52,8 +52,9 @@ def test_window__rows_logp_equal_teacher_forced_pass(k):
     graphdef, params = _params()
     b, turns, length = rows.tokens.shape
     assert length == rollout_lib.window_row_length(ENV, _window(k))
-    scores = rollout_lib.score(
-        nnx.merge(graphdef, params),
+    score = jax.jit(lambda p, t, v: rollout_lib.score(nnx.merge(graphdef, p), t, v))
+    scores = score(
+        params,
         jnp.asarray(rows.tokens.reshape(-1, length)),
         jnp.asarray(rows.valid.reshape(-1, length)),
     )

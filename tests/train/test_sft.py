@@ -50,8 +50,9 @@ def test_collect_demos__oracle_solves_and_layout_matches_the_rollout(setup):
     env, tok = exp.env, exp.env.tokenizer
     assert demos.success.all()  # deterministic lake: the BFS oracle always reaches the goal
     blk = lay.action + lay.obs
+    reset, step = jax.jit(env.reset), jax.jit(env.step)  # one compile each, not one per op
     for i in range(4):
-        state, ts = env.reset(keys[i], env.default_params("train"))
+        state, ts = reset(keys[i], env.default_params("train"))
         plan = env.oracle_actions(state)
         assert demos.num_turns[i] == len(plan)
         np.testing.assert_array_equal(
@@ -66,7 +67,7 @@ def test_collect_demos__oracle_solves_and_layout_matches_the_rollout(setup):
             np.testing.assert_array_equal(action[on], np.append(ids, tok.eoa_id))
             act = np.full((lay.action,), tok.pad_id, np.int32)
             act[: len(ids)] = ids
-            state, ts = env.step(jax.random.key(0), state, act, len(ids), None)
+            state, ts = step(jax.random.key(0), state, act, len(ids), None)
             obs = demos.tokens[i, start + lay.action : start + blk]
             valid = demos.valid_mask[i, start + lay.action : start + blk]
             np.testing.assert_array_equal(obs[valid], np.asarray(ts.obs_tokens[: int(ts.obs_len)]))
