@@ -3,20 +3,38 @@
 back and reloaded by `transformers`; the local tokenizer.json wrapper drives an environment."""
 
 import functools
+import importlib
+import importlib.util
 import json
 import os
 import shutil
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
+_NEEDS = ("torch", "transformers", "tokenizers", "safetensors")
+_MISSING = [name for name in _NEEDS if importlib.util.find_spec(name) is None]
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"not installed: {_MISSING}")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-transformers.logging.set_verbosity_error()
+
+
+class _Lazy:
+    """A module imported on first use: `torch` and `transformers` take ~5 s to import, which
+    every test worker would pay while collecting the suite, not only the one that runs these."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        module = importlib.import_module(self._name)
+        if self._name == "transformers":
+            module.logging.set_verbosity_error()
+        return getattr(module, attr)
+
+
+torch = _Lazy("torch")
+transformers = _Lazy("transformers")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -24,7 +42,6 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
-from safetensors.numpy import load_file, save_file  # noqa: E402
 
 from rl4agents import envs, sharding  # noqa: E402
 from rl4agents.models import hf, hf_tokenizer  # noqa: E402
@@ -206,6 +223,8 @@ def _copy(folder, tmp_path, edit_config=None, edit_tensors=None):
         edit_config(config)
         (dst / "config.json").write_text(json.dumps(config))
     if edit_tensors:
+        from safetensors.numpy import load_file, save_file
+
         tensors = load_file(dst / "model.safetensors")
         edit_tensors(tensors)
         save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
