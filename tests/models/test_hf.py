@@ -20,17 +20,19 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 class _Lazy:
-    """A module imported on first use: `torch` and `transformers` take ~5 s to import, which
+    """A module imported on first use: `torch` and `transformers` take seconds to import, which
     every test worker would pay while collecting the suite, not only the one that runs these."""
 
     def __init__(self, name):
         self._name = name
+        self._module = None
 
     def __getattr__(self, attr):
-        module = importlib.import_module(self._name)
-        if self._name == "transformers":
-            module.logging.set_verbosity_error()
-        return getattr(module, attr)
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+            if self._name == "transformers":
+                self._module.logging.set_verbosity_error()
+        return getattr(self._module, attr)
 
 
 torch = _Lazy("torch")
