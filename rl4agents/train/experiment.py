@@ -79,9 +79,15 @@ class Experiment:
 
     def init_state(self, key: jax.Array) -> state_lib.TrainState:
         """Fresh parameters, optimizer state and (when KL is on) the frozen reference copy,
-        created directly in their shardings (no device holds a full copy on the way)."""
+        created directly in their shardings (no device holds a full copy on the way).
+
+        The program is built once per experiment: more states (other seeds) reuse it."""
+        return self._init_fn(key)
+
+    @functools.cached_property
+    def _init_fn(self):
         make = functools.partial(make_state, self.model_cfg, self.step_cfg)
-        return jax.jit(make, out_shardings=self.state_shardings)(key)
+        return jax.jit(make, out_shardings=self.state_shardings)
 
     def abstract_state(self) -> state_lib.TrainState:
         """Shapes, dtypes and shardings of the training state (a restore target)."""
