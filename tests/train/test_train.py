@@ -88,6 +88,10 @@ def test_train_step__params_change_and_metrics_finite():
     exp = experiment.build(config)
     state = exp.init_state(jax.random.key(0))
     before = jax.device_get(state.params)
+    # Another seed: other parameters from the same compiled program.
+    other = jax.device_get(exp.init_state(jax.random.key(1)).params)
+    assert exp._init_fn._cache_size() == 1
+    assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(other)))
     state, metrics = exp.train_step(state, exp.root_key())
     after = jax.device_get(state.params)
     assert int(state.step) == 1
