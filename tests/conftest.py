@@ -67,11 +67,12 @@ def reuse_builds():
 
     A test that trains the same config several times (a run, then its interruption and
     resumption) otherwise traces and lowers the same programs again for each run, and reads
-    each compiled program back from the compilation cache: ~8 s per run for the tiny step.
-    An `Experiment` is immutable and its programs are pure functions of the config, so runs
-    that share one behave as with fresh builds (the compilation cache already serves such a
-    rebuild the identical executable, found by the program's hash). Host-environment
-    experiments hold environment processes and are always built afresh.
+    each compiled program back from the compilation cache. An `Experiment` is immutable and
+    its programs are pure functions of the config, so runs that share one behave as with fresh
+    builds (the compilation cache already serves such a rebuild the identical executable,
+    found by the program's hash). The builds are kept for the worker process, so modules that
+    use this fixture share them too. Host-environment experiments hold environment processes
+    and are always built afresh.
     """
     from rl4agents.train import experiment
 
