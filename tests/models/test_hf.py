@@ -28,6 +28,10 @@ class _Lazy:
         self._module = None
 
     def __getattr__(self, attr):
+        if attr.startswith("_"):
+            # pytest's collection probes every module attribute for private names (`_mock_name`,
+            # fixture markers); answering them would import the module on every worker.
+            raise AttributeError(attr)
         if self._module is None:
             self._module = importlib.import_module(self._name)
             if self._name == "transformers":
