@@ -81,7 +81,11 @@ def _scorer(value_head: str, slots: bool, remat: bool = False):
 
 @pytest.mark.parametrize(
     "value_head, slots, remat",
-    [("none", False, False), ("separate", True, True)],
+    [
+        # every slot scored (the echo loss's pass): the same shared prefix, so slow only
+        pytest.param("none", False, False, marks=pytest.mark.slow),
+        ("separate", True, True),
+    ],
     ids=["all_slots", "action_slots_separate_critic_remat"],
 )
 def test_score__shared_prompt_equals_the_unshared_pass(value_head, slots, remat):
@@ -111,7 +115,7 @@ def test_score__the_prompt_really_is_computed_once_per_group():
     original = tokens.copy()
     p = LAY.prompt
     tokens[1, : p - 1] = (tokens[1, : p - 1] + 1) % ENV.tokenizer.vocab_size  # sample 1 of task 0
-    run = _scorer("none", True)
+    run = _scorer("separate", True, True)  # the program of the test above: no new compile
     (_, shared), (_, unshared_changed) = run(jnp.asarray(tokens))
     (_, _), (_, unshared_first) = run(jnp.asarray(original))
     a, b = np.asarray(shared.logp), np.asarray(unshared_first.logp)
