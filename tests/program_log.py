@@ -6,9 +6,10 @@
 Each test process writes `<dir>/<worker>.jsonl`: one line per JAX monitoring event (tracing to
 a jaxpr, lowering to StableHLO, XLA compile, with the function's name and seconds) and per
 compile request that consults the persistent compilation cache (hit or miss, with the cache
-key), each tagged with the running test's id. At the end the main process prints XLA compile,
-lowering and tracing seconds by test file, the programs compiled more than once in one process
-(same cache key) and the share of small op-by-op compiles (eager code). Off unless
+key), each tagged with the running test's id; the main process first removes the folder's
+logs of an earlier run. At the end the main process prints XLA compile, lowering and tracing
+seconds by test file, the programs lowered again in one process (same cache key) and the small
+op-by-op compiles (eager code). Off unless
 `--program-log` is given; JAX's private `compiler` hooks are wrapped only then.
 """
 
@@ -46,9 +47,14 @@ def pytest_configure(config):
     if not folder:
         return
     os.makedirs(folder, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:  # the main process starts before its workers: drop an earlier run's logs
+        for name in os.listdir(folder):
+            if name.endswith(".jsonl"):
+                os.remove(os.path.join(folder, name))
     from jax._src import compiler, monitoring
 
-    log = _Log(os.path.join(folder, os.environ.get("PYTEST_XDIST_WORKER", "main") + ".jsonl"))
+    log = _Log(os.path.join(folder, (worker or "main") + ".jsonl"))
     config._program_log = log
 
     def on_duration(event, seconds, **kwargs):
