@@ -1,0 +1,142 @@
+"""Where a benchmark job's device time goes: XLA CPU ops summed by kind, from a profiler trace.
+
+  python scripts/profile_ops.py rollout   # the multi-turn FrozenLake rollout of bench.py
+  python scripts/profile_ops.py update    # the update's forward + backward (one device)
+
+`rollout` runs `scripts/bench.py --vs-peers`'s multi-turn rollout (4 maps x 8 samples, 8 turns
+of 16 action tokens, 4 turn groups) on the CPU mesh of `scripts/train.py` (one device per
+core); `update` the teacher-forced forward + backward of `scripts/bench_attention.py` (16 rows,
+T=473, the 128 action slots scored) on one device. After two warm-up calls, `--calls` calls
+run under `jax.profiler.trace`; the trace's XLA ops are summed over devices and calls and
+printed per call: by fusion kind, and the dot products (YNNPACK fusions) by output shape, so
+decode steps ([rows, ...] with one query) and prefills ([rows x slots, ...]) show apart. The
+profiler slows the program (wall time under it is printed, and is not the benchmark's time);
+read the shares, not the absolute milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+if "update" in sys.argv[1:]:  # one device, as scripts/bench_attention.py
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+import _cores  # noqa: E402,F401  (one XLA CPU device per core otherwise; before JAX starts)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from rl4agents import sharding  # noqa: E402
+from rl4agents.bench import jobs, peer_lake, peer_single  # noqa: E402
+from rl4agents.models import policy as policy_lib  # noqa: E402
+from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
+
+_SKIP = ("$", "end:", "Thunk", "Slinky", "while", "PjitFunction", "Rendezvous", "Wait:")
+
+
+def rollout_job():
+    """(jitted fn, args) of the benchmark's multi-turn rollout."""
+    mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
+    cfg = policy_lib.make_config("bench", peer_single.VOCAB)
+    graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
+    params = jax.device_put(params, sharding.replicated(mesh))
+    lake = peer_lake.PeerLake()
+    fn = jobs.make_rollout_fn(
+        graphdef,
+        lake,
+        lake.default_params(),
+        peer_lake.rollout_config(4),
+        mesh,
+        task_keys=peer_lake.task_keys(peer_lake.NUM_MAPS),
+    )
+    return fn, (jax.random.key(7), params)
+
+
+def update_job():
+    """(jitted fn, args) of the update's teacher-forced forward + backward."""
+    rows, vocab = 16, peer_single.VOCAB
+    cfg = policy_lib.make_config("bench", vocab)
+    graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
+    lay = rollout_lib.Layout(prompt=72, action=16, obs=39, turns=8, length=512)
+    slots = jnp.asarray(rollout_lib.action_slots(lay))
+    length = lay.length - lay.obs
+    tokens = jax.random.randint(jax.random.key(1), (rows, length), 3, vocab)
+    valid = jnp.ones((rows, length), bool)
+    slots = jnp.broadcast_to(slots, (rows, slots.shape[0]))
+
+    def loss(p):
+        model = nnx.merge(graphdef, p)
+        return rollout_lib.score(model, tokens, valid, slots=slots).logp.sum()
+
+    return jax.jit(jax.grad(loss)), (params,)
+
+
+def op_table(trace_dir: str, calls: int) -> tuple[collections.Counter, collections.Counter]:
+    """(ms per call by op name, op count per call) from the trace's complete events."""
+    path = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)[0]
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    ms, count = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and not e["name"].startswith(_SKIP):
+            ms[e["name"]] += e.get("dur", 0) / 1e3 / calls
+            count[e["name"]] += 1 / calls
+    return ms, count
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("job", choices=["rollout", "update"])
+    ap.add_argument("--calls", type=int, default=3, help="profiled calls")
+    ap.add_argument("--top", type=int, default=12, help="rows per table")
+    args = ap.parse_args(argv)
+    fn, fn_args = rollout_job() if args.job == "rollout" else update_job()
+    for _ in range(2):
+        jax.block_until_ready(fn(*fn_args))
+    trace_dir = tempfile.mkdtemp(prefix="profile_ops_")
+    t0 = time.perf_counter()
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        for _ in range(args.calls):
+            jax.block_until_ready(fn(*fn_args))
+    wall = (time.perf_counter() - t0) / args.calls
+    ms, count = op_table(trace_dir, args.calls)
+    shapes = {}
+    hlo = fn.lower(*fn_args).compile().as_text()
+    for m in re.finditer(r"^\s+%(\S+) = (\S+) fusion\(.*?op_name=\"([^\"]*)\"", hlo, re.M):
+        shapes[m.group(1)] = (m.group(2).split("{")[0], m.group(3).split("/")[-1])
+    total = sum(ms.values())
+    print(
+        f"{args.job}: {jax.device_count()} device(s), {wall * 1e3:.0f} ms per call under the "
+        f"profiler; XLA ops {total:.0f} ms per call, summed over devices"
+    )
+    kinds = collections.Counter()
+    for name, t in ms.items():
+        kinds[name.split(".")[0]] += t
+    print("\n| op kind | ms per call | share |\n|---|---|---|")
+    for kind, t in kinds.most_common(args.top):
+        print(f"| {kind} | {t:.1f} | {t / total:.1%} |")
+    by_shape, n_shape = collections.Counter(), collections.Counter()
+    for name, t in ms.items():
+        if name.startswith("ynn_fusion") and name in shapes:
+            by_shape[shapes[name]] += t
+            n_shape[shapes[name]] += count[name]
+    print("\n| YNNPACK fusion output | op | calls per call | ms per call | share |")
+    print("|---|---|---|---|---|")
+    for (shape, op), t in by_shape.most_common(args.top):
+        n = n_shape[(shape, op)]
+        print(f"| `{shape}` | {op} | {n:.0f} | {t:.1f} | {t / total:.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
