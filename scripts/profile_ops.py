@@ -1,17 +1,19 @@
 """Where a benchmark job's device time goes: XLA CPU ops summed by kind, from a profiler trace.
 
+  python scripts/profile_ops.py gen       # the single-turn generation job of bench.py
   python scripts/profile_ops.py rollout   # the multi-turn FrozenLake rollout of bench.py
   python scripts/profile_ops.py update    # the update's forward + backward (one device)
 
-`rollout` runs `scripts/bench.py --vs-peers`'s multi-turn rollout (4 maps x 8 samples, 8 turns
-of 16 action tokens, 4 turn groups) on the CPU mesh of `scripts/train.py` (one device per
-core); `update` the teacher-forced forward + backward of `scripts/bench_attention.py` (16 rows,
-T=473, the 128 action slots scored) on one device. After two warm-up calls, `--calls` calls
-run under `jax.profiler.trace`; the trace's XLA ops are summed over devices and calls and
-printed per call: by fusion kind, and the dot products (YNNPACK fusions) by output shape, so
-decode steps ([rows, ...] with one query) and prefills ([rows x slots, ...]) show apart. The
-profiler slows the program (wall time under it is printed, and is not the benchmark's time);
-read the shares, not the absolute milliseconds.
+`gen` runs `scripts/bench.py --vs-peers`'s generation job (32 prompts of 64 tokens, 64 sampled
+tokens) and `rollout` its multi-turn rollout (4 maps x 8 samples, 8 turns of 16 action tokens,
+4 turn groups), both on the CPU mesh of `scripts/train.py` (one device per core); `update`
+runs the teacher-forced forward + backward of `scripts/bench_attention.py` (16 rows, T=473,
+the 128 action slots scored) on one device. After two warm-up calls, `--calls` calls run
+under `jax.profiler.trace`; the trace's XLA ops are summed over devices and calls and printed
+per call: by fusion kind, and the YNNPACK fusions (dots, softmax reductions) by output shape,
+so decode steps ([rows, ...] with one query) and prefills ([rows x slots, ...]) show apart.
+The profiler slows the program (wall time under it is printed, and is not the benchmark's
+time); read the shares, not the absolute milliseconds.
 """
 
 from __future__ import annotations
@@ -44,21 +46,21 @@ from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 _SKIP = ("$", "end:", "Thunk", "Slinky", "while", "PjitFunction", "Rendezvous", "Wait:")
 
 
-def rollout_job():
-    """(jitted fn, args) of the benchmark's multi-turn rollout."""
+def rollout_job(job: str):
+    """(jitted fn, args) of the benchmark's generation job or multi-turn rollout."""
     mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
     cfg = policy_lib.make_config("bench", peer_single.VOCAB)
     graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
     params = jax.device_put(params, sharding.replicated(mesh))
-    lake = peer_lake.PeerLake()
-    fn = jobs.make_rollout_fn(
-        graphdef,
-        lake,
-        lake.default_params(),
-        peer_lake.rollout_config(4),
-        mesh,
-        task_keys=peer_lake.task_keys(peer_lake.NUM_MAPS),
-    )
+    if job == "gen":
+        env = peer_single.RandomPrompt(max_completion=64, eos=False)
+        rcfg = rollout_lib.RolloutConfig(num_tasks=32, group_size=1, max_turns=1, max_action_len=64)
+        task_keys = None
+    else:
+        env = peer_lake.PeerLake()
+        rcfg = peer_lake.rollout_config(4)
+        task_keys = peer_lake.task_keys(peer_lake.NUM_MAPS)
+    fn = jobs.make_rollout_fn(graphdef, env, env.default_params(), rcfg, mesh, task_keys=task_keys)
     return fn, (jax.random.key(7), params)
 
 
@@ -96,11 +98,11 @@ def op_table(trace_dir: str, calls: int) -> tuple[collections.Counter, collectio
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("job", choices=["rollout", "update"])
+    ap.add_argument("job", choices=["gen", "rollout", "update"])
     ap.add_argument("--calls", type=int, default=3, help="profiled calls")
     ap.add_argument("--top", type=int, default=12, help="rows per table")
     args = ap.parse_args(argv)
-    fn, fn_args = rollout_job() if args.job == "rollout" else update_job()
+    fn, fn_args = update_job() if args.job == "update" else rollout_job(args.job)
     for _ in range(2):
         jax.block_until_ready(fn(*fn_args))
     trace_dir = tempfile.mkdtemp(prefix="profile_ops_")
