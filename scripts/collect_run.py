@@ -34,21 +34,6 @@ _KEYS = flags.DEFINE_list(
 flags.mark_flags_as_required(["workdir", "out", "name"])
 
 
-def relative_paths(tree, workdir: str):
-    """`tree` with every string naming a path inside `workdir` made relative to it (a run's
-    summary records where its curves and checkpoints lie; a results folder should not record
-    the machine's folders)."""
-    if isinstance(tree, dict):
-        return {k: relative_paths(v, workdir) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [relative_paths(v, workdir) for v in tree]
-    if isinstance(tree, str) and (os.path.isabs(tree) or tree.startswith(workdir + os.sep)):
-        root, path = os.path.abspath(workdir), os.path.abspath(tree)
-        if os.path.commonpath([root, path]) == root:
-            return os.path.relpath(path, root)
-    return tree
-
-
 def main(argv):
     del argv
     os.makedirs(_OUT.value, exist_ok=True)
@@ -70,7 +55,7 @@ def main(argv):
     summary = os.path.join(_WORKDIR.value, "summary.json")
     if os.path.exists(summary):
         with open(summary) as f:
-            data = relative_paths(json.load(f), _WORKDIR.value)
+            data = writers.relative_paths(json.load(f), _WORKDIR.value)
         with open(prefix + "_summary.json", "w") as f:
             json.dump(data, f, indent=2)
         print(json.dumps(data, indent=2))

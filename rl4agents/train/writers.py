@@ -154,6 +154,32 @@ class MetricWriter:
         self.close()
 
 
+def relative_paths(tree: Any, workdir: str | os.PathLike) -> Any:
+    """`tree` with every string that names a path inside `workdir` made relative to it.
+
+    A run's summary records where its curves and checkpoints lie, as the workdir was given; a
+    results folder that keeps the summary should not record the machine's folders.
+
+    Args:
+      tree: nested dicts, lists and leaves (a loaded JSON document).
+      workdir: the run's folder, absolute or relative to the current directory.
+
+    Returns:
+      The same structure; absolute strings under `workdir`, and relative ones starting with
+      `workdir` and a separator, become paths relative to `workdir`. Other leaves are unchanged.
+    """
+    workdir = os.fspath(workdir)
+    if isinstance(tree, dict):
+        return {k: relative_paths(v, workdir) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [relative_paths(v, workdir) for v in tree]
+    if isinstance(tree, str) and (os.path.isabs(tree) or tree.startswith(workdir + os.sep)):
+        root, path = os.path.abspath(workdir), os.path.abspath(tree)
+        if os.path.commonpath([root, path]) == root:
+            return os.path.relpath(path, root)
+    return tree
+
+
 def _series_names(key: str, columns: Iterable[str]) -> list[str]:
     """The columns to plot for `key`: itself if present, else every "<prefix>/key"."""
     columns = set(columns)

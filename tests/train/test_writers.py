@@ -5,7 +5,13 @@ import os
 
 import numpy as np
 
-from rl4agents.train.writers import MetricWriter, format_table, plot_curves, read_metrics
+from rl4agents.train.writers import (
+    MetricWriter,
+    format_table,
+    plot_curves,
+    read_metrics,
+    relative_paths,
+)
 
 
 def _write_run(workdir, steps, **kwargs):
@@ -100,3 +106,28 @@ def test_format_table__aligned_markdown():
         "| alfworld |    1.5 |        7 |       - |",
     ]
     assert format_table(rows).splitlines()[0].split("|")[4].strip() == "extra"
+
+
+def test_relative_paths__only_paths_inside_the_workdir(tmp_path):
+    run = tmp_path / "runs" / "q"
+    summary = {
+        "curves": str(run / "curves.png"),
+        "sft": {"params": str(run / "sft" / "params")},
+        "ckpts": [str(run / "checkpoints")],
+        "sibling": str(tmp_path / "runs" / "q2" / "x"),  # shares a prefix, not the folder
+        "elsewhere": "/abs/other/file",
+        "word": "finished",
+        "steps": 3,
+    }
+    assert relative_paths(summary, run) == {
+        "curves": "curves.png",
+        "sft": {"params": os.path.join("sft", "params")},
+        "ckpts": ["checkpoints"],
+        "sibling": str(tmp_path / "runs" / "q2" / "x"),
+        "elsewhere": "/abs/other/file",
+        "word": "finished",
+        "steps": 3,
+    }
+    # A workdir given relative to the current directory, as `--workdir=runs/q`.
+    rel = {"curves": os.path.join("runs", "q", "curves.png"), "other": "runs/qq/x"}
+    assert relative_paths(rel, "runs/q") == {"curves": "curves.png", "other": "runs/qq/x"}
