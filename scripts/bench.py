@@ -282,10 +282,7 @@ def our_jobs(mesh, turn_groups: int = 1) -> dict[str, OurJob]:
     # (a) single-turn: 32 x (64 prompt + 64 new) tokens, EOS off; GRPO 4 x 8, EOS live.
     gen_env = peer_single.RandomPrompt(max_completion=64, eos=False)
     rollout_job(
-        "gen",
-        "rl4agents rollout (1 turn, 64 tokens)",
-        gen_env,
-        rollout_lib.RolloutConfig(num_tasks=32, group_size=1, max_turns=1, max_action_len=64),
+        "gen", "rl4agents rollout (1 turn, 64 tokens)", gen_env, peer_single.gen_rollout_config()
     )
     step_job(
         "grpo",

@@ -79,9 +79,15 @@ def decode_ms(graphdef, params, cfg, length: int) -> tuple[float, float]:
     return only_prefill * 1e3, (total - only_prefill) / STEPS * 1e3
 
 
-def forward_ms(cfg, length: int = 480, slots=None) -> tuple[float, float]:
-    """(forward ms, forward + backward ms) of the teacher-forced pass over [ROWS, length],
-    scoring every slot or `slots` (int32[R]) alone."""
+def update_layout():
+    """The multi-turn benchmark's slot layout: prompt 72, 8 turns of 16 action + 39
+    observation slots (the update's pass cuts the last observation: T=473)."""
+    return rollout_lib.Layout(prompt=72, action=16, obs=39, turns=8, length=512)
+
+
+def score_loss(cfg, length: int = 480, slots=None):
+    """(loss, params): the summed log-probs of the teacher-forced pass over [ROWS, length]
+    random tokens as a function of the parameters, scoring every slot or `slots` (int32[R])."""
     graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
     tokens = jax.random.randint(jax.random.key(1), (ROWS, length), 3, VOCAB)
     valid = jnp.ones((ROWS, length), bool)
@@ -90,6 +96,12 @@ def forward_ms(cfg, length: int = 480, slots=None) -> tuple[float, float]:
     def loss(p):
         return rollout_lib.score(nnx.merge(graphdef, p), tokens, valid, **kw).logp.sum()
 
+    return loss, params
+
+
+def forward_ms(cfg, length: int = 480, slots=None) -> tuple[float, float]:
+    """(forward ms, forward + backward ms) of `score_loss(cfg, length, slots)`."""
+    loss, params = score_loss(cfg, length, slots)
     return median_s(jax.jit(loss), params) * 1e3, median_s(jax.jit(jax.grad(loss)), params) * 1e3
 
 
@@ -108,7 +120,7 @@ def main() -> None:
                 f"forward + backward {both:.0f} ms"
             )
     if hasattr(rollout_lib, "action_slots"):
-        lay = rollout_lib.Layout(prompt=72, action=16, obs=39, turns=8, length=512)
+        lay = update_layout()
         slots = jnp.asarray(rollout_lib.action_slots(lay))
         cut = lay.length - lay.obs
         times = {}

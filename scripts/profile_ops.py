@@ -52,34 +52,27 @@ def rollout_job(job: str):
     cfg = policy_lib.make_config("bench", peer_single.VOCAB)
     graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
     params = jax.device_put(params, sharding.replicated(mesh))
-    if job == "gen":
-        env = peer_single.RandomPrompt(max_completion=64, eos=False)
-        rcfg = rollout_lib.RolloutConfig(num_tasks=32, group_size=1, max_turns=1, max_action_len=64)
-        task_keys = None
+    if job == "gen":  # as scripts/bench.py's `our_jobs`
+        env, rcfg, task_keys = (
+            peer_single.RandomPrompt(max_completion=64, eos=False),
+            peer_single.gen_rollout_config(),
+            None,
+        )
     else:
-        env = peer_lake.PeerLake()
-        rcfg = peer_lake.rollout_config(4)
+        env, rcfg = peer_lake.PeerLake(), peer_lake.rollout_config(4)
         task_keys = peer_lake.task_keys(peer_lake.NUM_MAPS)
     fn = jobs.make_rollout_fn(graphdef, env, env.default_params(), rcfg, mesh, task_keys=task_keys)
     return fn, (jax.random.key(7), params)
 
 
 def update_job():
-    """(jitted fn, args) of the update's teacher-forced forward + backward."""
-    rows, vocab = 16, peer_single.VOCAB
-    cfg = policy_lib.make_config("bench", vocab)
-    graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
-    lay = rollout_lib.Layout(prompt=72, action=16, obs=39, turns=8, length=512)
+    """(jitted fn, args) of `scripts/bench_attention.py`'s update pass, action slots scored."""
+    import bench_attention  # a sibling script (this folder is on the path)
+
+    lay = bench_attention.update_layout()
     slots = jnp.asarray(rollout_lib.action_slots(lay))
-    length = lay.length - lay.obs
-    tokens = jax.random.randint(jax.random.key(1), (rows, length), 3, vocab)
-    valid = jnp.ones((rows, length), bool)
-    slots = jnp.broadcast_to(slots, (rows, slots.shape[0]))
-
-    def loss(p):
-        model = nnx.merge(graphdef, p)
-        return rollout_lib.score(model, tokens, valid, slots=slots).logp.sum()
-
+    cfg = policy_lib.make_config("bench", bench_attention.VOCAB)
+    loss, params = bench_attention.score_loss(cfg, lay.length - lay.obs, slots)
     return jax.jit(jax.grad(loss)), (params,)
 
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from rl4agents import text
 from rl4agents.bench import vocab
+from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.types import TimeStep
 
 VOCAB = 512
@@ -86,3 +87,8 @@ class RandomPrompt:
 
     def render(self, state) -> str:
         return f"done={bool(state.done)}"
+
+
+def gen_rollout_config():
+    """The generation job's rollout: 32 prompts x 1 sample, one turn of 64 sampled tokens."""
+    return rollout_lib.RolloutConfig(num_tasks=32, group_size=1, max_turns=1, max_action_len=64)

@@ -168,16 +168,21 @@ def relative_paths(tree: Any, workdir: str | os.PathLike) -> Any:
       The same structure; absolute strings under `workdir`, and relative ones starting with
       `workdir` and a separator, become paths relative to `workdir`. Other leaves are unchanged.
     """
-    workdir = os.fspath(workdir)
-    if isinstance(tree, dict):
-        return {k: relative_paths(v, workdir) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [relative_paths(v, workdir) for v in tree]
-    if isinstance(tree, str) and (os.path.isabs(tree) or tree.startswith(workdir + os.sep)):
-        root, path = os.path.abspath(workdir), os.path.abspath(tree)
-        if os.path.commonpath([root, path]) == root:
-            return os.path.relpath(path, root)
-    return tree
+    given = os.fspath(workdir)
+    root = os.path.abspath(given)
+
+    def walk(x):
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, str) and (os.path.isabs(x) or x.startswith(given + os.sep)):
+            path = os.path.abspath(x)
+            if os.path.commonpath([root, path]) == root:
+                return os.path.relpath(path, root)
+        return x
+
+    return walk(tree)
 
 
 def _series_names(key: str, columns: Iterable[str]) -> list[str]:
