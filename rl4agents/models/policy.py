@@ -249,14 +249,18 @@ class Attention(nnx.Module):
         cfg = self.cfg
         dt = _dtype(cfg.dtype)
         b, s, _ = x.shape
-        k = self.k_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
-        v = self.v_proj(x).astype(dt).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
+        kv_shape = (b, s, cfg.num_kv_heads, cfg.head_dim)
         q_pos = positions
-        if rows is not None:
+        if rows is None:  # queries at every slot: q, k and v as one matmul (as `MLP`)
+            q, k, v = self._qkv(x)
+        else:
+            k, v = self.k_proj(x), self.v_proj(x)
             x = jnp.take_along_axis(x, rows[..., None], axis=1)
             q_pos = jnp.take_along_axis(positions, rows, axis=1)
             mask = jnp.take_along_axis(mask, rows[..., None], axis=1)
-        q = self.q_proj(x).astype(dt).reshape(b, x.shape[1], cfg.num_heads, cfg.head_dim)
+            q = self.q_proj(x)
+        k, v = k.astype(dt).reshape(kv_shape), v.astype(dt).reshape(kv_shape)
+        q = q.astype(dt).reshape(b, x.shape[1], cfg.num_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = rope(q, q_pos, cfg.rope_theta, cfg.rope_scaling)
@@ -298,6 +302,19 @@ class Attention(nnx.Module):
             out = attend(q, k_all, v_all, mask, dt)
         out = out.reshape(b, q.shape[1], cfg.num_heads * cfg.head_dim)
         return self.o_proj(out).astype(dt), cache
+
+    def _qkv(self, x):
+        """q, k, v projections of x as one matmul over the concatenated kernels (and biases),
+        promoted as `nnx.Linear` promotes each; a decode step makes one small product per
+        layer instead of three."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        w = jnp.concatenate([p.kernel[...] for p in projs], axis=1)
+        ct = jnp.promote_types(x.dtype, w.dtype)
+        y = jnp.dot(x.astype(ct), w.astype(ct))
+        if self.cfg.qkv_bias:
+            y = y + jnp.concatenate([p.bias[...] for p in projs]).astype(ct)
+        q_width = self.q_proj.kernel.shape[1]
+        return jnp.split(y, [q_width, q_width + self.k_proj.kernel.shape[1]], axis=-1)
 
 
 class MLP(nnx.Module):
