@@ -165,6 +165,8 @@ def _write(model, ctx: _Ctx, tokens, valid, start) -> _Ctx:
     positions = jnp.maximum(positions, 0)
     slots = start + jnp.arange(s)
     mask = key_valid[:, None, :] & (jnp.arange(length)[None, None, :] <= slots[None, :, None])
+    if isinstance(start, int):  # a static start: keys after the chunk are not read at all
+        mask = mask[:, :, : start + s]
     n_valid = valid.sum(axis=1)
     last = jnp.maximum(jnp.max(jnp.where(valid, jnp.arange(s), -1), axis=1), 0)
     # Only the last valid token's logits are needed: a prefill computes the last layer there.
