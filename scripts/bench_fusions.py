@@ -6,6 +6,8 @@
   action-slot pass: 16 rows, T=473, the 128 action slots scored; one XLA CPU device) with the
   q, k and v projections as one matmul (`Attention._qkv`, the model as it is) against three
   separate products (the model before).
+- `qkv_gen`: the same two models on the generation job below (decode steps, 16 rows per
+  device).
 - `prefill`: the generation job of `scripts/bench.py --vs-peers` (32 prompts of 64 tokens, 64
   sampled tokens; one device per core) with the prompt prefill reading only the keys up to its
   chunk's end (the rollout as it is) against reading the whole 129-slot cache (before; the
@@ -77,7 +79,7 @@ def qkv_programs():
     return _built(make, policy_lib.Attention, "_qkv", _separate_qkv)
 
 
-def prefill_programs():
+def generation_programs(module, name, old):
     mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
     cfg = policy_lib.make_config("bench", peer_single.VOCAB)
     graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
@@ -91,7 +93,7 @@ def prefill_programs():
         jax.block_until_ready(fn(jax.random.key(0), params))
         return lambda i: fn(jax.random.key(i), params).logp_behavior
 
-    return _built(make, rollout_lib, "_write", _write_traced_start)
+    return _built(make, module, name, old)
 
 
 def compare(name: str, programs, pairs: int) -> None:
@@ -119,14 +121,18 @@ def compare(name: str, programs, pairs: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--pairs", type=int, default=30, help="alternating (old, new) call pairs")
-    ap.add_argument("--only", choices=["qkv", "prefill"], default=None)
+    ap.add_argument("--only", choices=["qkv", "qkv_gen", "prefill"], default=None)
     args = ap.parse_args()
     print(f"jax {jax.__version__}, {jax.device_count()} {jax.default_backend()} device(s)")
     if args.only in (None, "qkv"):
         with jax.default_device(jax.devices()[0]):
             compare("qkv (update fwd + bwd, 1 device)", qkv_programs(), args.pairs)
+    if args.only in (None, "qkv_gen"):
+        programs = generation_programs(policy_lib.Attention, "_qkv", _separate_qkv)
+        compare("qkv (generation job)", programs, args.pairs)
     if args.only in (None, "prefill"):
-        compare("prefill (generation job)", prefill_programs(), args.pairs)
+        programs = generation_programs(rollout_lib, "_write", _write_traced_start)
+        compare("prefill (generation job)", programs, args.pairs)
 
 
 if __name__ == "__main__":

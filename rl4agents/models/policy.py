@@ -306,8 +306,8 @@ class Attention(nnx.Module):
     def _qkv(self, x):
         """q, k, v projections of x as one matmul over the concatenated kernels (and biases),
         promoted as `nnx.Linear` promotes each. One wider product instead of three makes the
-        update's forward + backward faster (`scripts/bench_fusions.py`); decode steps gain
-        nothing measurable."""
+        update's forward + backward faster, and decode steps a little
+        (`scripts/bench_fusions.py`)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         w = jnp.concatenate([p.kernel[...] for p in projs], axis=1)
         ct = jnp.promote_types(x.dtype, w.dtype)
