@@ -31,14 +31,11 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
-import bench_attention  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
+import profile_ops  # noqa: E402  (the jobs it profiles: the same programs)
 
-from rl4agents import sharding  # noqa: E402
-from rl4agents.bench import jobs, peer_single  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 
@@ -66,30 +63,17 @@ def _built(make, module, name, old):
 
 
 def qkv_programs():
-    cfg = policy_lib.make_config("bench", bench_attention.VOCAB)
-    lay = bench_attention.update_layout()
-    slots = jnp.asarray(rollout_lib.action_slots(lay))
-
     def make():
-        loss, params = bench_attention.score_loss(cfg, lay.length - lay.obs, slots)
-        grad = jax.jit(jax.grad(loss))
-        jax.block_until_ready(grad(params))  # trace and compile now
-        return lambda i: grad(params)
+        grad, args = profile_ops.update_job()
+        jax.block_until_ready(grad(*args))  # trace and compile now
+        return lambda i: grad(*args)
 
     return _built(make, policy_lib.Attention, "_qkv", _separate_qkv)
 
 
 def generation_programs(module, name, old):
-    mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
-    cfg = policy_lib.make_config("bench", peer_single.VOCAB)
-    graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
-    params = jax.device_put(params, sharding.replicated(mesh))
-    env = peer_single.RandomPrompt(max_completion=64, eos=False)
-
     def make():
-        fn = jobs.make_rollout_fn(
-            graphdef, env, env.default_params(), peer_single.gen_rollout_config(), mesh
-        )
+        fn, (_, params) = profile_ops.rollout_job("gen")
         jax.block_until_ready(fn(jax.random.key(0), params))
         return lambda i: fn(jax.random.key(i), params).logp_behavior
 
