@@ -30,8 +30,11 @@ def test_vmapped_seeds_equal_separate_runs():
     for i, (params, metrics) in enumerate(separate):
         for key in ("loss", "reward", "success", "entropy", "kl_ref"):
             np.testing.assert_allclose(vmetrics[key][i], metrics[key], rtol=1e-4, atol=1e-6)
+        # Parameters after Adam steps: an element with a near-zero gradient moves by up to lr
+        # (1e-3) whatever its size, so a reordered reduction can shift it by ~1e-6; the
+        # tolerance is the mesh-equivalence tests' (2e-5, 2% of one step).
         jax.tree.map(
-            lambda v, p, i=i: np.testing.assert_allclose(v[i], p, rtol=1e-4, atol=1e-6),
+            lambda v, p, i=i: np.testing.assert_allclose(v[i], p, rtol=1e-4, atol=2e-5),
             vparams,
             params,
         )
