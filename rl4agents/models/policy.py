@@ -13,6 +13,7 @@ the model. The KV cache is an explicit pytree passed in and out; nothing is stor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -372,10 +373,25 @@ class Decoder(nnx.Module):
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
 
     def __call__(
-        self, tokens, positions, mask, cache=None, write_index=0, rows=None, prefix=0, group=1
+        self,
+        tokens,
+        positions,
+        mask,
+        cache=None,
+        write_index=0,
+        rows=None,
+        prefix=0,
+        group=1,
+        shard=None,
     ):
         """Hidden states [B, S, D], or [B, R, D] at `rows` (int32[B, R]): the last layer then
         computes its queries, attention output and MLP at those slots only.
+
+        `shard` (optional): applied to the [B, S, D] hidden states entering and leaving every
+        layer, e.g. `functools.partial(sharding.shard_batch, mesh=mesh)`. It pins their batch
+        axis to the devices, so that with parameters split over `fsdp` XLA gathers the weights
+        a layer needs (FSDP) instead of splitting the products' contraction and keeping the
+        whole batch's activations on every device.
 
         `prefix` > 0 (no cache): the first `prefix` slots of each run of `group` consecutive
         rows are the same (the G samples of a task share its prompt); they are computed once
@@ -386,14 +402,16 @@ class Decoder(nnx.Module):
         if prefix:
             if cache is not None:
                 raise ValueError("a shared prefix is for the cache-free pass only")
-            return self._shared_prefix(tokens, positions, mask, rows, prefix, group)
-        x = self.embed(tokens).astype(_dtype(self.cfg.dtype))
+            return self._shared_prefix(tokens, positions, mask, rows, prefix, group, shard)
+        pin = shard or (lambda x: x)
+        x = pin(self.embed(tokens).astype(_dtype(self.cfg.dtype)))
         new_cache = []
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
             layer_rows = rows if i == last else None
             x, c = self._layer(layer, x, positions, mask, layer_cache, write_index, layer_rows)
+            x = pin(x)
             if cache is not None:
                 new_cache.append(c)
         return self.final_norm(x), (None if cache is None else tuple(new_cache))
@@ -405,7 +423,7 @@ class Decoder(nnx.Module):
             )
         return layer(x, positions, mask, cache, write_index, rows, prefix_kv)
 
-    def _shared_prefix(self, tokens, positions, mask, rows, prefix, group):
+    def _shared_prefix(self, tokens, positions, mask, rows, prefix, group, shard=None):
         b, t = tokens.shape
         if b % group or not 0 < prefix < t:
             raise ValueError(
@@ -420,10 +438,11 @@ class Decoder(nnx.Module):
             return jnp.repeat(x, group, axis=0)
 
         dt = _dtype(self.cfg.dtype)
+        pin = shard or (lambda x: x)  # the B rows only: B / group need not divide the devices
         pos_p, mask_p = lead(positions)[:, :prefix], lead(mask)[:, :prefix, :prefix]
         pos_r, mask_r = positions[:, prefix:], mask[:, prefix:]
         x_p = self.embed(lead(tokens)[:, :prefix]).astype(dt)
-        x_r = self.embed(tokens[:, prefix:]).astype(dt)
+        x_r = pin(self.embed(tokens[:, prefix:]).astype(dt))
         last = len(self.layers) - 1
         rows_r = None if rows is None else jnp.maximum(rows - prefix, 0)
         for i, layer in enumerate(self.layers):
@@ -432,6 +451,7 @@ class Decoder(nnx.Module):
             x_r, _ = self._layer(
                 layer, x_r, pos_r, mask_r, None, 0, rows_r if i == last else None, kv
             )
+            x_r = pin(x_r)
         h_p = per_row(x_p)
         if rows is None:
             hidden = jnp.concatenate([h_p, x_r], axis=1)
@@ -476,6 +496,7 @@ class Policy(nnx.Module):
         rows: jax.Array | None = None,
         prefix: int = 0,
         group: int = 1,
+        shard: Callable[[jax.Array], jax.Array] | None = None,
     ) -> Output:
         """Forward pass.
 
@@ -496,20 +517,22 @@ class Policy(nnx.Module):
           prefix, group: static ints; without a cache, the first `prefix` slots of each run of
             `group` consecutive rows are equal (a task's prompt, shared by its G samples) and
             are computed once per run (see `Decoder`). 0 = no sharing.
+          shard: optional constraint on the [B, S, D] hidden states at every layer boundary
+            (see `Decoder`); trainers pass their batch sharding. Values are unchanged.
 
         Returns:
           Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None), with
           R in place of S given `rows`.
         """
         hidden, cache = self.model(
-            tokens, positions, mask, cache, write_index, rows, prefix=prefix, group=group
+            tokens, positions, mask, cache, write_index, rows, prefix, group, shard
         )
         values = None
         if with_values and self.cfg.value_head == "shared":
             values = self.value_proj(hidden).astype(jnp.float32)[..., 0]
         elif with_values and self.cfg.value_head == "separate":
             critic_hidden, _ = self.critic(
-                tokens, positions, mask, rows=rows, prefix=prefix, group=group
+                tokens, positions, mask, rows=rows, prefix=prefix, group=group, shard=shard
             )
             values = self.value_proj(critic_hidden).astype(jnp.float32)[..., 0]
         return Output(self.logits(hidden), values, cache)

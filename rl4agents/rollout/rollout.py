@@ -156,8 +156,9 @@ class _Ctx(NamedTuple):
     logits: jax.Array  # f32[B, V] prediction for the next token
 
 
-def _write(model, ctx: _Ctx, tokens, valid, start) -> _Ctx:
-    """Feed a chunk of S slots starting at slot `start`; keep logits of its last valid token."""
+def _write(model, ctx: _Ctx, tokens, valid, start, shard=None) -> _Ctx:
+    """Feed a chunk of S slots starting at slot `start`; keep logits of its last valid token.
+    `shard`: the model's hidden-state constraint (`Policy(..., shard=)`), for the full batch."""
     b, s = tokens.shape
     length = ctx.key_valid.shape[1]
     key_valid = jax.lax.dynamic_update_slice(ctx.key_valid, valid, (0, start))
@@ -170,7 +171,8 @@ def _write(model, ctx: _Ctx, tokens, valid, start) -> _Ctx:
     n_valid = valid.sum(axis=1)
     last = jnp.maximum(jnp.max(jnp.where(valid, jnp.arange(s), -1), axis=1), 0)
     # Only the last valid token's logits are needed: a prefill computes the last layer there.
-    out = model(tokens, positions, mask, ctx.cache, start, rows=last[:, None] if s > 1 else None)
+    rows = last[:, None] if s > 1 else None
+    out = model(tokens, positions, mask, ctx.cache, start, rows=rows, shard=shard)
     last_logits = out.logits[:, 0]
     logits = jnp.where((n_valid > 0)[:, None], last_logits, ctx.logits)
     return _Ctx(out.cache, key_valid, ctx.count + n_valid.astype(jnp.int32), logits)
@@ -331,7 +333,7 @@ def rollout_rows(
         logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
         entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
         token = jnp.where(active, token, pad)
-        ctx = _write(model, ctx, token[:, None], active[:, None], start + i)
+        ctx = _write(model, ctx, token[:, None], active[:, None], start + i, shard_fn)
         stopped = stopped | (token == eoa)
         out = (token, active, jnp.where(active, logp, 0.0), jnp.where(active, entropy, 0.0))
         return (ctx, stopped), out
@@ -342,7 +344,7 @@ def rollout_rows(
         if window:  # rebuild the context: prompt + the last window_turns blocks
             row_tok = jnp.concatenate([prompt_tokens, hist_tok.reshape(b, -1)], axis=1)
             row_valid = jnp.concatenate([prompt_valid, hist_valid.reshape(b, -1)], axis=1)
-            ctx = _write(model, fresh_ctx(), row_tok, row_valid, 0)
+            ctx = _write(model, fresh_ctx(), row_tok, row_valid, 0, shard_fn)
             start = ctx_len
         else:
             start = lay.prompt + k * blk
@@ -400,7 +402,7 @@ def rollout_rows(
             hist_valid = jnp.concatenate([hist_valid[:, 1:], out.valid[:, None]], axis=1)
             ctx = None  # rebuilt next turn
         else:
-            ctx = _write(model, ctx, obs_tok, obs_valid, start + lay.action)
+            ctx = _write(model, ctx, obs_tok, obs_valid, start + lay.action, shard_fn)
         success = success | (alive & ts.success)
         anchor = jnp.where(alive, ts.anchor, anchor)
         done = done | (alive & ts.done)
@@ -498,6 +500,7 @@ def score(
     slots: jax.Array | None = None,
     prefix: int = 0,
     group: int = 1,
+    shard=None,
 ) -> Scores:
     """Teacher-forced pass over final trajectories in the slot layout.
 
@@ -515,6 +518,8 @@ def score(
         are equal (the prompt a task's G samples share): computed once per run (see
         `policy.Decoder`). 0 = no sharing. Equal to the unshared pass (up to float summation
         order) when the prefixes are equal; wrong otherwise, so only for rows in group order.
+      shard: optional constraint on the model's [B, S, D] hidden states (`Policy(...,
+        shard=)`), e.g. the trainer's batch sharding; values are unchanged.
 
     Returns:
       Scores: per-slot log-prob of the slot's token, entropy of its predicting distribution and
@@ -533,7 +538,14 @@ def score(
         has_prev = src >= 0
         src = jnp.maximum(src, 0)
         out = model(
-            tokens, positions, mask, with_values=with_values, rows=src, prefix=prefix, group=group
+            tokens,
+            positions,
+            mask,
+            with_values=with_values,
+            rows=src,
+            prefix=prefix,
+            group=group,
+            shard=shard,
         )
         logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, R, V]
         # the token each predicting slot predicts: its next valid slot's (as the full pass)
@@ -553,7 +565,9 @@ def score(
 
         values = None if out.values is None else put(out.values)
         return Scores(put(logp), put(ent), values)
-    out = model(tokens, positions, mask, with_values=with_values, prefix=prefix, group=group)
+    out = model(
+        tokens, positions, mask, with_values=with_values, prefix=prefix, group=group, shard=shard
+    )
     logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, T, V]
     target = jnp.take_along_axis(tokens, jnp.minimum(nxt, t - 1), axis=1)
     logp_src = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]

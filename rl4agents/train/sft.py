@@ -16,6 +16,7 @@ demonstrated action tokens under the teacher-forced policy (`rollout.score`), an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 from typing import Any
@@ -152,19 +153,24 @@ def collect_demos(
     return Demos(tokens, valid, action_mask, success, num_turns, reward)
 
 
-def nll_loss(params, graphdef, batch: Demos) -> tuple[jax.Array, dict[str, jax.Array]]:
+def nll_loss(
+    params, graphdef, batch: Demos, mesh: jax.sharding.Mesh | None = None
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean negative log-likelihood of the demonstrated action tokens.
 
     Args:
       params: the policy's state.
       graphdef: its static graph.
       batch: `Demos` with tokens int32[N, T], valid_mask and action_mask bool[N, T].
+      mesh: optional; pins the model's hidden states to the batch sharding (see
+        `Policy(..., shard=)`).
 
     Returns:
       The loss f32[] and metrics: `nll` (per action token) and `episode_nll` (per episode).
     """
     model = nnx.merge(graphdef, params)
-    scores = rollout_lib.score(model, batch.tokens, batch.valid_mask)
+    pin = None if mesh is None else functools.partial(sharding.shard_batch, mesh=mesh)
+    scores = rollout_lib.score(model, batch.tokens, batch.valid_mask, shard=pin)
     mask = batch.action_mask.astype(jnp.float32)
     total = -(scores.logp * mask).sum()
     nll = total / jnp.maximum(mask.sum(), 1.0)
@@ -198,7 +204,7 @@ def make_step(graphdef, optimizer: optax.GradientTransformation, mesh: jax.shard
 
     def sft_step(params, opt_state, batch):
         batch = sharding.shard_batch(batch, mesh)
-        grads, metrics = jax.grad(nll_loss, has_aux=True)(params, graphdef, batch)
+        grads, metrics = jax.grad(nll_loss, has_aux=True)(params, graphdef, batch, mesh)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         metrics["grad_norm"] = optax.tree.norm(grads)
         return optax.apply_updates(params, updates), opt_state, metrics

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -124,6 +125,7 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         slots=batch.score_slots,
         prefix=prefix,
         group=group,
+        shard=functools.partial(sharding.shard_batch, mesh=cfg.mesh),
     )
     mask = batch.action_mask
     extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
@@ -387,6 +389,7 @@ def prepare_batch(
     values_old = logp_ref = logp_learner = None
     model = nnx.merge(cfg.graphdef, state.params)
     prefix, group = shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
+    pin = functools.partial(sharding.shard_batch, mesh=cfg.mesh)
     if cfg.needs_values or lc.tis_cap > 0:
         sc = rollout_lib.score(
             model,
@@ -396,6 +399,7 @@ def prepare_batch(
             cfg.needs_values,
             prefix=prefix,
             group=group,
+            shard=pin,
         )
         values_old = sc.values
         logp_learner = sc.logp
@@ -403,7 +407,14 @@ def prepare_batch(
     if lc.kl_coef > 0:
         ref = nnx.merge(cfg.graphdef, state.ref_params)
         logp_ref = rollout_lib.score(
-            ref, tokens, valid, cfg.rollout.temperature, slots=slots, prefix=prefix, group=group
+            ref,
+            tokens,
+            valid,
+            cfg.rollout.temperature,
+            slots=slots,
+            prefix=prefix,
+            group=group,
+            shard=pin,
         ).logp
         if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_estimator)
