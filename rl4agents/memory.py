@@ -15,6 +15,11 @@
     scoring           the forward-only passes over the whole batch (reference log-probs, old
                       values, learner log-probs for TIS), when any is on:
                       N x (L x a(L) + R x 3 x V x 4) / D_b (R = L for the values/TIS pass)
+    optimizer step    gradients + 3 x parameters: the all-reduced gradients and AdamW's new
+                      moments before the old are released (XLA's temporaries for the train
+                      step on a data-parallel mesh are 4.00 x parameters when activations
+                      are small; without this phase the estimate fell 8-30% below XLA's
+                      figure for short episodes)
     update            gradients (1 x parameters) + activations + logits of one minibatch of
                       n = N / train.minibatches rows:
                         no remat: n x (L x ((layers - 1) x a(L) + kv + 2 x d_model x c)
@@ -51,8 +56,13 @@ fsdp; heads, MLP units and vocabulary over tensor; a dimension the axes do not d
 whole). The `fully sharded` figure is the state split evenly over all devices, for comparison.
 
 This is an estimate: XLA fuses, rematerialises and reuses buffers in ways the formulas do not
-follow, and the runtime reserves memory of its own. It is meant to refuse configs that are
-clearly too large before anything is allocated, and to say which term dominates.
+follow, and the runtime reserves memory of its own. Under `fsdp` > 1 it counts the parameters
+split and no gathered copy (an FSDP schedule gathers one layer's weights at a time); XLA on the
+CPU backend gathers all layers' weights and keeps several copies, 2.7-5.3 x the parameters
+unsharded over fsdp for the tiny test config on (2, 2, 2), (2, 4, 1) and (1, 8, 1) meshes, so
+there the estimate falls below XLA's figure (`experiments/results/scale/memory.md`). It is
+meant to refuse configs that are clearly too large before anything is allocated, and to say
+which term dominates.
 """
 
 from __future__ import annotations
@@ -72,6 +82,10 @@ GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 EPISODE_ARRAYS = 24  # [B, T] arrays alive through a step (trajectory, batch, advantages)
 LOGIT_COPIES = 3  # logits, log-softmax and (backward) its gradient, all f32[rows, L, V]
+# Beside the gradients, while the optimizer applies them: their all-reduced copy and AdamW's new
+# moments before the old are released (XLA's temporaries for the train step on a data-parallel
+# mesh: 4.00 x the parameter bytes, whatever the episode length, when activations are small).
+OPTIMIZER_STEP_COPIES = 3
 MODEL_FIELDS = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "head_dim")
 
 
@@ -495,6 +509,14 @@ def estimate(
         )
     trunks = 2 if cfg.value_head == "separate" and needs_values else 1
     phases["update"] = _update_terms(cfg, sz, n_dev * p, config, trunks)
+    phases["optimizer step"] = (
+        Term("gradients", n_dev * p, "1 x parameters"),
+        Term(
+            "optimizer update",
+            OPTIMIZER_STEP_COPIES * n_dev * p,
+            f"{OPTIMIZER_STEP_COPIES} x parameters (all-reduced gradients, AdamW's new mu and nu)",
+        ),
+    )
     phases["evaluation"] = _rollout_terms(cfg, sz, config.train.eval_tasks, "eval_tasks")
     state_bytes = n_total * p * (4 if kl else 3)
     return Estimate(
