@@ -15,11 +15,6 @@
     scoring           the forward-only passes over the whole batch (reference log-probs, old
                       values, learner log-probs for TIS), when any is on:
                       N x (L x a(L) + R x 3 x V x 4) / D_b (R = L for the values/TIS pass)
-    optimizer step    gradients + 3 x parameters: the all-reduced gradients and AdamW's new
-                      moments before the old are released (XLA's temporaries for the train
-                      step on a data-parallel mesh are 4.00 x parameters when activations
-                      are small; without this phase the estimate fell 8-30% below XLA's
-                      figure for short episodes)
     update            gradients (1 x parameters) + activations + logits of one minibatch of
                       n = N / train.minibatches rows:
                         no remat: n x (L x ((layers - 1) x a(L) + kv + 2 x d_model x c)
@@ -29,6 +24,11 @@
                                   x (layers x a(L) + 2 x d_model x c) x trunks / D_b)
                         remat:    n x L x ((layers + 2) x d_model x c + a(L)) x trunks / D_b
                         logits:   3 x n x R x V x 4 / D_b (logits, log-softmax, its gradient)
+    optimizer step    gradients + 3 x parameters: the all-reduced gradients and AdamW's new
+                      moments before the old are released (XLA's temporaries for the train
+                      step on a data-parallel mesh are 4.00 x parameters when activations
+                      are small; without this phase the estimate fell 8-30% below XLA's
+                      figure for short episodes)
     evaluation        the rollout terms with train.eval_tasks episodes
 
   a(Tk) = 4 x (4 d_model + 3 heads x head_dim + 2 kv_heads x head_dim + 4 d_ff)
@@ -58,9 +58,9 @@ whole). The `fully sharded` figure is the state split evenly over all devices, f
 This is an estimate: XLA fuses, rematerialises and reuses buffers in ways the formulas do not
 follow, and the runtime reserves memory of its own. Under `fsdp` > 1 it counts the parameters
 split and no gathered copy (an FSDP schedule gathers one layer's weights at a time); XLA on the
-CPU backend gathers all layers' weights and keeps several copies, 2.7-5.3 x the parameters
-unsharded over fsdp for the tiny test config on (2, 2, 2), (2, 4, 1) and (1, 8, 1) meshes, so
-there the estimate falls below XLA's figure (`experiments/results/scale/memory.md`). It is
+CPU backend gathers all layers' weights and keeps several copies, so there the estimate can
+fall well below XLA's figure (0.77 and 0.28 of it for the tiny config at one turn on (2, 2, 2)
+and (1, 8, 1), `experiments/results/scale/memory.md`). It is
 meant to refuse configs that are clearly too large before anything is allocated, and to say
 which term dominates.
 """
