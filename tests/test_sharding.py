@@ -6,6 +6,7 @@ change, regenerate it with `UPDATE_GOLDEN=1 pytest tests/test_sharding.py -k gol
 """
 
 import os
+import re
 
 import jax
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from rl4agents import checkpoint, sharding
+from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
 from tests.train.test_train import tiny_config
 
@@ -161,3 +163,25 @@ def test_checkpoint__saved_on_8_devices_restores_on_1_and_on_2x2x2(tmp_path):
         jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored), want)
         got = [x.sharding for x in jax.tree.leaves(restored)]
         assert got == jax.tree.leaves(exp.state_shardings), shape
+
+
+def test_fsdp_mesh__each_device_computes_its_own_rows():
+    # With parameters split along embed over fsdp, XLA may split a product's contraction
+    # instead of gathering the weights: every device then computes partial sums over the whole
+    # batch. The model pins its hidden states to the batch sharding, so on (1, 8, 1) no matmul
+    # of the compiled train step has more rows than one device's share of the episodes' slots.
+    config = tiny_config(
+        **{
+            "mesh.shape": (1, 8, 1),
+            "rollout.num_tasks": 8,
+            "train.eval_tasks": 16,
+            "train.share_prompt": False,  # the shared prompt's pass runs on tasks, not episodes
+        }
+    )
+    exp = experiment.build(config)
+    hlo = exp.train_step.lower(exp.abstract_state(), exp.root_key()).compile().as_text()
+    gate_up = 2 * exp.model_cfg.d_ff  # the MLP's fused gate/up product: [rows, 2 x d_ff]
+    rows = [int(m) for m in re.findall(rf"= f32\[(\d+),{gate_up}\]\{{[^}}]*\}} dot\(", hlo)]
+    episodes = config.rollout.num_tasks * config.rollout.group_size
+    slots = rollout_lib.make_layout(exp.env, exp.step_cfg.rollout).length
+    assert rows and max(rows) <= episodes // 8 * slots, (max(rows), episodes // 8 * slots)
