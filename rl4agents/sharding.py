@@ -15,6 +15,7 @@ A dimension the mesh axes do not divide stays replicated (a 23-word vocabulary o
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -114,6 +115,12 @@ def shard_batch(tree, mesh: jax.sharding.Mesh | None):
         return jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.ndim))
 
     return jax.tree.map(constrain, tree)
+
+
+def batch_constraint(mesh: jax.sharding.Mesh | None):
+    """`shard_batch` bound to `mesh`: a function of a pytree, for the rollout's `shard_fn` and
+    the model's hidden-state constraint (`Policy(..., shard=)`); the identity without mesh."""
+    return functools.partial(shard_batch, mesh=mesh)
 
 
 def path_str(path: tuple) -> str:

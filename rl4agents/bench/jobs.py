@@ -80,7 +80,7 @@ def make_rollout_fn(
     task_keys: jax.Array | None = None,
 ):
     """Jitted `(key, params) -> Trajectory`, sharded over the mesh like the train step's."""
-    shard_fn = functools.partial(sharding.shard_batch, mesh=mesh)
+    shard_fn = sharding.batch_constraint(mesh)
 
     def run(key, params):
         return rollout_lib.rollout(

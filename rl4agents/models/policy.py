@@ -388,7 +388,7 @@ class Decoder(nnx.Module):
         computes its queries, attention output and MLP at those slots only.
 
         `shard` (optional): applied to the [B, S, D] hidden states entering and leaving every
-        layer, e.g. `functools.partial(sharding.shard_batch, mesh=mesh)`. It pins their batch
+        layer, e.g. `sharding.batch_constraint(mesh)`. It pins their batch
         axis to the devices, so that with parameters split over `fsdp` XLA gathers the weights
         a layer needs (FSDP) instead of splitting the products' contraction and keeping the
         whole batch's activations on every device.

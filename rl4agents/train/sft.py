@@ -16,7 +16,6 @@ demonstrated action tokens under the teacher-forced policy (`rollout.score`), an
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import os
 from typing import Any
@@ -169,8 +168,9 @@ def nll_loss(
       The loss f32[] and metrics: `nll` (per action token) and `episode_nll` (per episode).
     """
     model = nnx.merge(graphdef, params)
-    pin = None if mesh is None else functools.partial(sharding.shard_batch, mesh=mesh)
-    scores = rollout_lib.score(model, batch.tokens, batch.valid_mask, shard=pin)
+    scores = rollout_lib.score(
+        model, batch.tokens, batch.valid_mask, shard=sharding.batch_constraint(mesh)
+    )
     mask = batch.action_mask.astype(jnp.float32)
     total = -(scores.logp * mask).sum()
     nll = total / jnp.maximum(mask.sum(), 1.0)

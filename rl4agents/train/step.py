@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -125,7 +124,7 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         slots=batch.score_slots,
         prefix=prefix,
         group=group,
-        shard=functools.partial(sharding.shard_batch, mesh=cfg.mesh),
+        shard=sharding.batch_constraint(cfg.mesh),
     )
     mask = batch.action_mask
     extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
@@ -389,7 +388,7 @@ def prepare_batch(
     values_old = logp_ref = logp_learner = None
     model = nnx.merge(cfg.graphdef, state.params)
     prefix, group = shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
-    pin = functools.partial(sharding.shard_batch, mesh=cfg.mesh)
+    pin = sharding.batch_constraint(cfg.mesh)
     if cfg.needs_values or lc.tis_cap > 0:
         sc = rollout_lib.score(
             model,
@@ -467,9 +466,7 @@ def train_step(
     key = jax.random.fold_in(key_root, state.step)
     key_rollout, key_perm = jax.random.split(key)
 
-    def shard_fn(t):
-        return sharding.shard_batch(t, cfg.mesh)
-
+    shard_fn = sharding.batch_constraint(cfg.mesh)
     ds_metrics = {}
     rows = None
     if cfg.sampling.dynamic:
@@ -600,7 +597,7 @@ def evaluate(
         env_params,
         rollout_cfg,
         task_keys=task_keys,
-        shard_fn=lambda t: sharding.shard_batch(t, cfg.mesh),
+        shard_fn=sharding.batch_constraint(cfg.mesh),
         greedy=greedy,
     )
     m = rollout_metrics(traj, rollout_cfg.group_size)
