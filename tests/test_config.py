@@ -51,6 +51,100 @@ def test_build__bad_config_names_field_and_allowed(overrides, pattern):
         experiment.build(_cfg(**overrides))
 
 
+@pytest.mark.parametrize(
+    "overrides, pattern",
+    [
+        ({"train.eval_every": 0}, r"train.eval_every=0; allowed: >= 1"),
+        ({"train.minibatches": 0}, r"train.minibatches=0; allowed: >= 1"),
+        ({"train.num_steps": -1}, r"train.num_steps=-1; allowed: >= 1"),
+        ({"train.max_minutes": -1.0}, r"train.max_minutes=-1.0; allowed: >= 0 \(0 = no limit\)"),
+        ({"checkpoint.every": 0}, r"checkpoint.every=0; allowed: >= 1"),
+        ({"log.every": 0}, r"log.every=0; allowed: >= 1"),
+        ({"optim.lr": 0.0}, r"optim.lr=0.0; allowed: > 0"),
+        ({"optim.b2": 1.0}, r"optim.b2=1.0; allowed: in \[0, 1\)"),
+        ({"optim.lr": float("nan")}, r"optim.lr=nan; allowed: > 0"),
+        ({"rollout.top_p": 0.0}, r"rollout.top_p=0.0; allowed: in \(0, 1\]"),
+        ({"model.d_model": -1}, r"model.d_model=-1; allowed: >= 0 \(0 = the preset's\)"),
+        # A variant's values, checked by tracing its function at start-up (credit.validate):
+        ({"credit.grpo.eps": -1.0}, r"credit.grpo: eps=-1.0; allowed: > 0"),
+        ({"credit.grpo.stats_over": "turns"}, r"credit.grpo: unknown stats_over 'turns'"),
+        ({"loss.ppo_clip.clip_low": 1.5}, r"loss.ppo_clip: clip_low=1.5; allowed: in \[0, 1\]"),
+        ({"loss.ppo_clip.dual_clip_c": 0.5}, r"loss.ppo_clip: dual_clip_c=0.5; allowed: > 1"),
+    ],
+)
+def test_build__value_out_of_range_names_field_value_and_range(overrides, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        experiment.build(_cfg(**overrides))
+
+
+@pytest.mark.parametrize(
+    "name, hparams, pattern",
+    [
+        ("gigpo", {"gamma": 1.5}, r"credit.gigpo: gamma=1.5; allowed: in \[0, 1\]"),
+        ("gigpo", {"invalid_penalty": -0.1}, r"credit.gigpo: invalid_penalty=-0.1; allowed: >= 0"),
+        ("ppo_gae", {"lam": -0.5}, r"credit.ppo_gae: lam=-0.5"),
+        ("turn_gae", {"turn_gamma": 2.0}, r"credit.turn_gae: turn_gamma=2.0"),
+        ("step_gae", {"gamma": -1.0}, r"credit.step_gae: gamma=-1.0"),
+        ("mt_grpo", {"eps": 0.0}, r"credit.mt_grpo: eps=0.0; allowed: > 0"),
+        ("turn_return", {"norm": "std"}, r"credit.turn_return: unknown norm 'std'"),
+        ("empg", {"zeta": -1.0}, r"credit.empg: zeta=-1.0; allowed: >= 0"),
+        ("reinforce_pp", {"gamma": 1.01}, r"credit.reinforce_pp: gamma=1.01"),
+        ("opo", {"length": "chars"}, r"credit.opo: unknown length 'chars'"),
+    ],
+)
+def test_credit_validate__refuses_out_of_range_values(name, hparams, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        credit.validate(name, hparams)
+
+
+@pytest.mark.parametrize(
+    "name, hparams, pattern",
+    [
+        ("gspo", {"clip_high": -1e-4}, r"loss.gspo: clip_high=-0.0001; allowed: >= 0"),
+        ("gspo", {"sequence": "episode"}, r"loss.gspo: unknown GSPO sequence 'episode'"),
+        ("cispo", {"ratio_high": 0.0}, r"loss.cispo: ratio_high=0.0; allowed: > 0 or None"),
+        ("cispo", {"ratio_low": 2.0, "ratio_high": 1.0}, r"loss.cispo: .*ratio_low <= ratio_high"),
+        (
+            "reinforce",
+            {"agg": "seq-mean-token-sum-norm", "agg_scale": -2.0},
+            r"loss.reinforce: agg_scale=-2.0; allowed: > 0 or None",
+        ),
+    ],
+)
+def test_loss_validate__refuses_out_of_range_values(name, hparams, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        losses.validate(name, hparams)
+
+
+def test_validate__every_variant_accepts_its_reference_defaults():
+    for name in credit.names():
+        assert credit.validate(name) == credit.defaults(name)
+    for name in losses.names():
+        assert losses.validate(name) == losses.defaults(name)
+
+
+def test_check_range__boundaries_types_and_tracers():
+    import jax
+    import numpy as np
+
+    from rl4agents.checks import check_range
+
+    check_range("g", 0.0, 0.0, 1.0)  # closed bounds include their ends
+    check_range("g", 1, 0.0, 1.0)
+    check_range("g", np.float32(0.5), 0.0, 1.0)
+    check_range("c", None, 1.0, low_open=True, allow_none=True)
+    for bad in (True, "0.5", float("inf"), None):
+        with pytest.raises(ValueError, match=r"g=.*; allowed: in \[0, 1\]"):
+            check_range("g", bad, 0.0, 1.0)
+    with pytest.raises(ValueError, match=r"eps=0.0; allowed: > 0$"):
+        check_range("eps", 0.0, 0.0, low_open=True)
+    with pytest.raises(ValueError, match=r"b=1; allowed: < 1$"):
+        check_range("b", 1, high=1.0, high_open=True)
+    # A hyperparameter vmapped over is a tracer: not checked, not an error.
+    out = jax.vmap(lambda g: (check_range("g", g, 0.0, 1.0), g * 2)[1])(np.array([0.5, 2.0]))
+    np.testing.assert_allclose(out, [1.0, 4.0])
+
+
 def test_config__misspelt_key_is_rejected():
     c = frozen_lake.get_config()
     with pytest.raises(AttributeError, match="lrr"):

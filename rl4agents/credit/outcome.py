@@ -10,6 +10,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rl4agents.checks import check_range
 from rl4agents.credit import common
 from rl4agents.credit.registry import CreditOutput, register
 from rl4agents.types import Trajectory
@@ -123,6 +124,7 @@ def grpo(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
+    check_range("eps", eps, 0.0, low_open=True)
     adv, metrics = grpo_episode_advantages(traj, eps, scale, singleton_policy, stats_over)
     return CreditOutput(common.broadcast_to_tokens(adv, traj.action_mask), None, metrics)
 
@@ -234,6 +236,7 @@ def reinforce_pp(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
+    check_range("gamma", gamma, 0.0, 1.0)
     _check_choice("reset_on", reset_on, ("seq_end", "mask"))
     _check_choice("reward_placement", reward_placement, _PLACEMENTS)
     mask = traj.action_mask

@@ -159,11 +159,60 @@ def defaults(name: str) -> dict[str, Any]:
     return _CREDIT.defaults(name)
 
 
+def probe_trajectory(
+    batch: int = 4, length: int = 12, turns: int = 3
+) -> Any:  # Trajectory of jax.ShapeDtypeStruct
+    """An abstract `Trajectory` (shapes and dtypes only, optional fields included) to trace an
+    estimator with `jax.eval_shape`, so that its checks of hyperparameters run at start-up."""
+    from rl4agents.types import Trajectory
+
+    def spec(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    b, t, k = batch, length, turns
+    f32, i32, b8 = jax.numpy.float32, jax.numpy.int32, jax.numpy.bool_
+    return Trajectory(
+        tokens=spec((b, t), i32),
+        valid_mask=spec((b, t), b8),
+        action_mask=spec((b, t), b8),
+        obs_mask=spec((b, t), b8),
+        turn_ids=spec((b, t), i32),
+        turn_end=spec((b, k), i32),
+        logp_behavior=spec((b, t), f32),
+        turn_rewards=spec((b, k), f32),
+        turn_valid=spec((b, k), b8),
+        turn_action_valid=spec((b, k), b8),
+        anchors=spec((b, k), jax.numpy.uint32),
+        outcome_reward=spec((b,), f32),
+        success=spec((b,), b8),
+        done=spec((b,), b8),
+        truncated=spec((b,), b8),
+        group_ids=spec((b,), i32),
+        num_turns=spec((b,), i32),
+        entropy_behavior=spec((b, t), f32),
+        baseline_reward=spec((b,), f32),
+        token_penalty=spec((b, t), f32),
+    )
+
+
 def validate(name: str, hparams: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check `hparams` for credit function `name` and return them merged with the defaults.
 
+    Besides the fields, the values are checked: the estimator is traced once on an abstract
+    trajectory (`probe_trajectory`, no computation), so every check it makes of its
+    hyperparameters (ranges, choices) fails here, at start-up, not in the first train step.
+
     Raises:
       KeyError: unknown `name` (lists names()).
-      ValueError: unknown field (names the field, the variant and the allowed fields).
+      ValueError: unknown field (names the field, the variant and the allowed fields), or a
+        value the estimator refuses ("credit.grpo: eps=-1.0; allowed: > 0").
     """
-    return _CREDIT.validate(name, hparams)
+    bound = _CREDIT.validate(name, hparams)
+    traj = probe_trajectory()
+    values = jax.ShapeDtypeStruct(traj.tokens.shape, jax.numpy.float32)
+    fn = get(name)
+    try:
+        jax.eval_shape(lambda tr, v: fn(tr, v, **bound), traj, values)
+    except ValueError as e:
+        raise ValueError(f"credit.{name}: {e}") from e
+    return bound

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from rl4agents.checks import check_range
 from rl4agents.credit import common
 from rl4agents.credit.outcome import _check_choice, grpo_episode_advantages
 from rl4agents.credit.registry import CreditOutput, register
@@ -83,6 +84,10 @@ def gigpo(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
+    check_range("gamma", gamma, 0.0, 1.0)
+    check_range("omega", omega, 0.0)
+    check_range("invalid_penalty", invalid_penalty, 0.0)
+    check_range("eps", eps, 0.0, low_open=True)
     _check_choice("mode", mode, ("mean_norm", "mean_std_norm"))
     _check_choice("stats_over", stats_over, ("steps", "trajectories"))
     with_std = mode == "mean_std_norm"
@@ -176,6 +181,8 @@ def mt_grpo(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
+    check_range("turn_coef", turn_coef, 0.0)
+    check_range("eps", eps, 0.0, low_open=True)
     _check_choice("outcome", outcome, ("last_turn", "episode"))
     valid = traj.turn_valid
     ids = common.dense_group_ids(traj.group_ids)
@@ -227,6 +234,8 @@ def turn_return(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
+    check_range("gamma", gamma, 0.0, 1.0)
+    check_range("eps", eps, 0.0, low_open=True)
     _check_choice("norm", norm, ("none", "batch", "group", "anchor"))
     valid = traj.turn_valid
     returns = common.discounted_turn_returns(common.penalised_turn_rewards(traj), valid, gamma)
@@ -281,6 +290,10 @@ def empg(
       ValueError: `traj.entropy_behavior` is None.
     """
     del values
+    check_range("zeta", zeta, 0.0)
+    for name, x in (("k", k), ("k_future", k_future)):
+        check_range(name, x, 0.0)
+    check_range("eps", eps, 0.0, low_open=True)
     if traj.entropy_behavior is None:
         raise ValueError("empg needs traj.entropy_behavior (sampling entropies); got None")
     adv_episode, _ = grpo_episode_advantages(traj, eps, "group", "raw", "trajectories")

@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rl4agents.checks import check_range
 from rl4agents.credit import common
 from rl4agents.credit.registry import CreditOutput, register
 from rl4agents.types import Trajectory
@@ -49,6 +50,11 @@ def gae_skip(
     return adv_tb.T
 
 
+def _check_discounts(**discounts: float) -> None:
+    for name, value in discounts.items():
+        check_range(name, value, 0.0, 1.0)
+
+
 @register("ppo_gae", needs_values=True)
 def ppo_gae(
     traj: Trajectory,
@@ -80,6 +86,7 @@ def ppo_gae(
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics); both arrays are zero
       off `action_mask`.
     """
+    _check_discounts(gamma=gamma, lam=lam)
     if values is None:
         raise ValueError("ppo_gae needs critic values; got values=None")
     chex.assert_shape(values, traj.tokens.shape)
@@ -159,6 +166,7 @@ def turn_gae(
     Returns:
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics), zero off action_mask.
     """
+    _check_discounts(gamma=gamma, lam=lam, turn_gamma=turn_gamma)
     if values is None:
         raise ValueError("turn_gae needs critic values; got values=None")
     chex.assert_shape(values, traj.tokens.shape)
@@ -226,6 +234,7 @@ def step_gae(
     Returns:
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics), zero off action_mask.
     """
+    _check_discounts(gamma=gamma, lam=lam)
     if values is None:
         raise ValueError("step_gae needs critic values; got values=None")
     chex.assert_shape(values, traj.tokens.shape)

@@ -11,6 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rl4agents.checks import check_range
 from rl4agents.losses.registry import AGGREGATIONS
 
 
@@ -88,4 +89,5 @@ def aggregate(
     Returns:
       f32[] aggregated loss (0 when the mask is empty).
     """
+    check_range("agg_scale", scale, 0.0, low_open=True, allow_none=True, note="(None = T)")
     return AGGREGATIONS.get(mode)(loss, mask, scale)

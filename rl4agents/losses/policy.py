@@ -22,6 +22,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rl4agents.checks import check_range
 from rl4agents.losses.aggregate import aggregate
 from rl4agents.losses.registry import POLICY_LOSSES, register
 
@@ -51,6 +52,12 @@ def _prepare(
         weights = jax.lax.stop_gradient(jnp.where(mask, weights, 0.0))
     logp, logp_old, advantages = (jnp.where(mask, x, 0.0) for x in (logp, logp_old, advantages))
     return logp, logp_old, advantages, mask, weights
+
+
+def _check_clip(clip_low: float, clip_high: float) -> None:
+    """The ratio is clipped to `[1 - clip_low, 1 + clip_high]`, which must hold 1 and stay >= 0."""
+    check_range("clip_low", clip_low, 0.0, 1.0)
+    check_range("clip_high", clip_high, 0.0)
 
 
 def _reduce(
@@ -107,8 +114,11 @@ def ppo_clip(
       `pg_clipfrac_lower` (dual clip active), `ppo_kl` (`logp_old - logp`, clamped) and
       `ratio_mean`.
     """
-    if dual_clip_c is not None and dual_clip_c <= 1.0:
-        raise ValueError(f"dual_clip_c must be > 1 (or None), got {dual_clip_c}")
+    _check_clip(clip_low, clip_high)
+    check_range(
+        "dual_clip_c", dual_clip_c, 1.0, low_open=True, allow_none=True, note="(None = off)"
+    )
+    check_range("log_ratio_clamp", log_ratio_clamp, 0.0, low_open=True)
     logp, logp_old, advantages, mask, weights = _prepare(logp, logp_old, advantages, mask, weights)
     log_ratio = jnp.clip(logp - logp_old, -log_ratio_clamp, log_ratio_clamp)
     ratio = jnp.exp(log_ratio)
@@ -218,6 +228,8 @@ def gspo(
         raise ValueError(f"unknown GSPO sequence {sequence!r}; allowed: {list(GSPO_SEQUENCES)}")
     if sequence == "turn" and segment_ids is None:
         raise ValueError('gspo with sequence="turn" needs segment_ids (e.g. traj.turn_ids)')
+    _check_clip(clip_low, clip_high)
+    check_range("log_ratio_max", log_ratio_max, 0.0, low_open=True)
     logp, logp_old, advantages, mask, weights = _prepare(logp, logp_old, advantages, mask, weights)
     log_ratio = logp - logp_old
     seq_log_ratio = _segment_mean(log_ratio, mask, segment_ids if sequence == "turn" else None)
@@ -280,6 +292,11 @@ def cispo(
       (loss f32[], metrics) with masked means `pg_clipfrac` (the IS weight was clipped),
       `ppo_kl` (`logp_old - logp`, clamped) and `ratio_mean` (`rho`, before clipping).
     """
+    check_range("ratio_low", ratio_low, 0.0, allow_none=True, note="(None = no bound)")
+    check_range(
+        "ratio_high", ratio_high, 0.0, low_open=True, allow_none=True, note="(None = no bound)"
+    )
+    check_range("log_ratio_clamp", log_ratio_clamp, 0.0, low_open=True)
     if ratio_low is not None and ratio_high is not None and ratio_low > ratio_high:
         raise ValueError(f"cispo needs ratio_low <= ratio_high, got {ratio_low} > {ratio_high}")
     logp, logp_old, advantages, mask, weights = _prepare(logp, logp_old, advantages, mask, weights)

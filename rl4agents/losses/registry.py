@@ -14,8 +14,12 @@ keyword-only and `validate` binds a config dict to the signature.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 from rl4agents.credit.registry import Registry
 
@@ -48,8 +52,9 @@ def validate(name: str, hparams: dict[str, Any] | None = None) -> dict[str, Any]
 
     Raises:
       KeyError: unknown `name`.
-      ValueError: unknown field (names the field, the variant and the allowed fields); also an
-        unknown `agg` mode.
+      ValueError: unknown field (names the field, the variant and the allowed fields); an
+        unknown `agg` mode; or a value the loss refuses ("loss.ppo_clip: clip_low=-1.0;
+        allowed: in [0, 1]").
     """
     bound = POLICY_LOSSES.validate(name, hparams)
     if "agg" in bound and bound["agg"] not in AGGREGATIONS.names():
@@ -57,4 +62,16 @@ def validate(name: str, hparams: dict[str, Any] | None = None) -> dict[str, Any]
             f"{name}.agg={bound['agg']!r} is not a loss aggregation mode; "
             f"allowed: {AGGREGATIONS.names()}"
         )
+    # Trace the loss once on abstract [2, 8] inputs (no computation): its own checks of the
+    # hyperparameters (ranges, choices) then fail at start-up, not in the first train step.
+    fn = get(name)
+    f32 = jax.ShapeDtypeStruct((2, 8), jnp.float32)
+    mask = jax.ShapeDtypeStruct((2, 8), jnp.bool_)
+    extra = {}
+    if "segment_ids" in inspect.signature(fn).parameters:
+        extra["segment_ids"] = jax.ShapeDtypeStruct((2, 8), jnp.int32)
+    try:
+        jax.eval_shape(lambda *a: fn(*a, **extra, **bound), f32, f32, f32, mask)
+    except ValueError as e:
+        raise ValueError(f"loss.{name}: {e}") from e
     return bound

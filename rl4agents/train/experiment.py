@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from rl4agents import config_utils, credit, envs, losses, sharding, text
+from rl4agents import checks, config_utils, credit, envs, losses, sharding, text
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import state as state_lib
@@ -278,9 +278,54 @@ def _model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.M
     )
 
 
+# Ranges of the scalar fields of the base config (`checks.check_range` arguments after the
+# value): each is checked at start-up, before anything is built or written.
+_RANGES: dict[str, dict[str, Any]] = {
+    "train.num_steps": dict(low=1),
+    "train.epochs": dict(low=1),
+    "train.minibatches": dict(low=1),
+    "train.grad_accum": dict(low=1),
+    "train.eval_every": dict(low=1),
+    "train.eval_tasks": dict(low=1),
+    "train.max_minutes": dict(low=0, note="(0 = no limit)"),
+    "train.ood_max_turns": dict(low=0, note="(0 = rollout.max_turns)"),
+    "checkpoint.every": dict(low=1),
+    "checkpoint.max_to_keep": dict(low=1),
+    "log.every": dict(low=1),
+    "optim.lr": dict(low=0, low_open=True),
+    "optim.b1": dict(low=0, high=1, high_open=True),
+    "optim.b2": dict(low=0, high=1, high_open=True),
+    "optim.grad_clip": dict(low=0, note="(0 = off)"),
+    "optim.weight_decay": dict(low=0),
+    "optim.warmup_steps": dict(low=0),
+    "model.d_model": dict(low=0, note="(0 = the preset's)"),
+    "model.num_layers": dict(low=0, note="(0 = the preset's)"),
+    "model.d_ff": dict(low=0, note="(0 = the preset's)"),
+    "model.num_heads": dict(low=0, note="(0 = the preset's)"),
+    "model.num_kv_heads": dict(low=0, note="(0 = the preset's)"),
+    "model.head_dim": dict(low=0, note="(0 = the preset's)"),
+    "rollout.top_k": dict(low=0, note="(0 = off)"),
+    "rollout.top_p": dict(low=0, high=1, low_open=True),
+    "rollout.max_context_len": dict(low=0, note="(0 = fit all K turns)"),
+    "loss.value_coef": dict(low=0),
+    "loss.value_clip": dict(low=0),
+    "shaping.overlong_factor": dict(low=0),
+    "mesh.device_memory_gb": dict(low=0, note="(0 = what the runtime reports)"),
+}
+
+
+def check_ranges(c: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the first field of `_RANGES` outside its range."""
+    for dotted, bounds in _RANGES.items():
+        section, field = dotted.split(".")
+        if section in c and field in c[section]:
+            checks.check_range(dotted, c[section][field], **bounds)
+
+
 def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
     """Validate `config` and build the environment, model config, step config and jitted step."""
     c = config
+    check_ranges(c)
     # Environment: a registered JAX environment, or Python text environments on the host.
     is_host = c.env.name == "host"
     if not is_host:
