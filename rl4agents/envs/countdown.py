@@ -218,6 +218,22 @@ class Countdown:
       max_obs_len: O, length of the observation returned by `step`.
       max_action_len: longest action ("calc M * M") in tokens.
       num_actions: 3 (M + 1)^2 calc actions then M + 1 answer actions.
+
+    Args (a value out of its range raises ValueError at construction):
+      num_numbers: starting numbers per task, in [2, 5].
+      max_start: largest starting number, in [1, max_value] (and <= ood_max_value).
+      max_value: largest number the tool may produce, in [1, 99].
+      min_target: smallest target, in [0, max_value]; some target in range must be reachable.
+      progress_reward: potential-based process reward c, >= 0 (0 = off).
+      invalid_penalty: subtracted on an invalid turn, >= 0.
+      goal_reward: reward for answering the target, >= 0.
+      test_fraction: share of tasks in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_num_numbers: starting numbers of the "ood" tasks, in [2, 5].
+      ood_max_value: `max_value` of the "ood" env, in [1, 99].
+      ood_min_target: smallest "ood" target, in [0, ood_max_value] (None = max_value + 1).
+      num_candidates: candidate tasks per generation round, >= 1.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -244,6 +260,11 @@ class Countdown:
                 raise ValueError(f"{name} must be in [1, 99] (two-digit numbers), got {value}")
         if not 1 <= max_start <= max_value:
             raise ValueError(f"max_start must be in [1, max_value={max_value}], got {max_start}")
+        if max_start > ood_max_value:
+            raise ValueError(
+                f"max_start must be <= ood_max_value={ood_max_value} (the ood env's starting "
+                f"numbers), got {max_start}"
+            )
         if not 0 <= min_target <= max_value:
             raise ValueError(f"min_target must be in [0, max_value={max_value}], got {min_target}")
         ood_min = max_value + 1 if ood_min_target is None else ood_min_target
@@ -254,8 +275,21 @@ class Countdown:
             )
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
         if num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
         self._kwargs = dict(
             num_numbers=num_numbers,
             max_start=max_start,

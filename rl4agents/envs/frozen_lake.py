@@ -107,11 +107,23 @@ class FrozenLake:
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
 
-    Constructor options beyond the map: `slippery` with `success_rate` (probability of the
-    intended move, gym's default 1/3), `progress_reward` (per-turn process reward
-    `c * (d(s) - d(s'))` on the Manhattan distance d to the goal; 0 = the sparse task),
-    `view_radius` (0 = the whole grid each turn; r = the (2r+1)^2 window around the agent),
-    `compact` (no row breaks, one-word messages).
+    Args (a value out of its range raises ValueError at construction):
+      size: side of the square map, >= 2.
+      hole_prob: probability that a cell is a hole, in [0, 1).
+      slippery: gym's slippery moves (see `success_rate`).
+      success_rate: probability of the intended move when slippery (gym's default 1/3), in
+        (0, 1].
+      progress_reward: per-turn process reward `c * (d(s) - d(s'))` on the Manhattan distance d
+        to the goal, >= 0 (0 = the sparse task).
+      invalid_penalty: subtracted on a turn whose action does not parse, >= 0.
+      goal_reward: reward for reaching the goal, >= 0.
+      test_fraction: share of layouts in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_size: side of the "ood" maps, 0 (= size + 2) or >= 2.
+      num_candidates: layouts drawn per generation round, >= 1.
+      compact: no row breaks, one-word messages.
+      view_radius: 0 = the whole grid each turn; r >= 1 = the (2r+1)^2 window around the agent.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -136,12 +148,29 @@ class FrozenLake:
             raise ValueError(f"hole_prob must be in [0, 1), got {hole_prob}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
         if not 0.0 < success_rate <= 1.0:
             raise ValueError(f"success_rate must be in (0, 1], got {success_rate}")
         if view_radius < 0:
             raise ValueError(f"view_radius must be >= 0 (0 = the whole grid), got {view_radius}")
         if ood_size < 0:
             raise ValueError(f"ood_size must be >= 0 (0 = size + 2), got {ood_size}")
+        if ood_size == 1:
+            raise ValueError(f"ood_size must be 0 (= size + 2) or >= 2, got {ood_size}")
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
+        if num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
         self._kwargs = dict(
             size=size,
             hole_prob=hole_prob,

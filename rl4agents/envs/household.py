@@ -209,6 +209,21 @@ class Household:
       max_obs_len: O, length of the observation returned by `step`.
       max_action_len: longest action in tokens.
       num_actions: size of the action table (`action_strings`).
+
+    Args (a value out of its range raises ValueError at construction):
+      num_objects: object slots per task, in [2, len(OBJECT_TYPES) * MAX_INSTANCES].
+      num_cabinets: cabinets in the room, in [1, 3].
+      num_drawers: drawers in the room, in [1, 3].
+      max_steps: turns per episode (ALFWorld's step limit), >= 1.
+      goal_reward: reward on the turn the goal first holds, >= 0.
+      progress_reward: potential-based process reward c, >= 0 (0 = off).
+      invalid_penalty: subtracted on a turn whose action is not in the table, >= 0.
+      test_fraction: share of tasks in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_num_objects: `num_objects` of the "ood" tasks, in [2, len(OBJECT_TYPES) *
+        MAX_INSTANCES].
+      num_candidates: candidate tasks per generation round, >= 1.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -236,12 +251,20 @@ class Household:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
         if num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        if progress_reward < 0 or invalid_penalty < 0:
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
             raise ValueError(
-                f"progress_reward and invalid_penalty must be >= 0, got {progress_reward} "
-                f"and {invalid_penalty}"
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
             )
         self._kwargs = dict(
             num_objects=num_objects,

@@ -175,11 +175,21 @@ class Maze:
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
 
-    Options: `view_radius` (r: the (2r+1)^2 window around the agent; 1 = the 3x3 window),
-    `min_distance` (least moves from the start to the goal), `algorithm` ("dfs" or "prim"
-    carving), `progress_reward` (BFS
-    distance shaping), `explore_reward` (per newly entered cell), `compact` (no row breaks,
-    one-word invalid message).
+    Args (a value out of its range raises ValueError at construction):
+      size: rooms per side, >= 2.
+      view_radius: r, the (2r+1)^2 window around the agent, >= 1 (1 = the 3x3 window).
+      min_distance: least moves from the start to the goal, >= 2 (capped at the farthest room).
+      algorithm: the carving algorithm, "dfs" or "prim".
+      goal_reward: reward for reaching the goal, >= 0.
+      invalid_penalty: subtracted on a turn whose action does not parse, >= 0.
+      progress_reward: BFS-distance shaping `c * (d(s) - d(s'))`, >= 0 (0 = off).
+      explore_reward: per newly entered grid cell, >= 0 (0 = off).
+      test_fraction: share of layouts in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_size: `size` of the "ood" mazes, >= 2.
+      num_candidates: mazes carved per generation round, >= 1.
+      compact: no row breaks, one-word invalid message.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -210,10 +220,25 @@ class Maze:
             raise ValueError(f"algorithm {algorithm!r} is not allowed; allowed: {list(ALGORITHMS)}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
         if ood_size < 2:
             raise ValueError(f"ood_size must be >= 2, got {ood_size}")
         if num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not explore_reward >= 0.0:
+            raise ValueError(f"explore_reward must be >= 0 (0 = off), got {explore_reward}")
         self._kwargs = dict(
             size=size,
             view_radius=view_radius,

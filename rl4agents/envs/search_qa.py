@@ -152,6 +152,19 @@ class SearchQA:
       max_obs_len: O, length of the observation returned by `step` (a person's facts at most).
       max_action_len: longest action in tokens.
       num_actions: len(NAMES) search actions then len(VALUES) answer actions.
+
+    Args (a value out of its range raises ValueError at construction):
+      num_entities: people per knowledge base, in [2, len(NAMES)].
+      min_hops: fewest hops of a question, in [1, max_hops].
+      max_hops: most hops of a question, in [min_hops, num_entities].
+      progress_reward: per first search of a person on the question's chain, >= 0 (0 = off).
+      invalid_penalty: subtracted on a turn whose action does not parse, >= 0.
+      goal_reward: reward for the right answer, >= 0.
+      test_fraction: share of tasks in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_hops: hops of the "ood" questions, in [1, num_entities].
+      num_candidates: candidate tasks per generation round, >= 1.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -180,8 +193,21 @@ class SearchQA:
             )
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
         if num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
         self._kwargs = dict(
             num_entities=num_entities,
             min_hops=min_hops,

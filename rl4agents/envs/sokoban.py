@@ -147,6 +147,26 @@ class Sokoban:
       max_obs_len: O, length of the observation returned by `step` (message + room).
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
+
+    Args (a value out of its range raises ValueError at construction):
+      size: side of the room including its wall border, >= 5.
+      num_boxes: boxes (= targets) per room, in [1, size - 2].
+      reverse_steps: reverse-play moves, >= 1 (None = twice the default carve steps).
+      carve_steps: topology carving steps, >= 1 (None = int(1.7 * 2 * size), gym-sokoban's).
+      min_box_distance: least summed box-to-target distance of a generated room, >= 1
+        (None = 2 * num_boxes; 0 would allow rooms solved from the start).
+      step_penalty: subtracted every turn, >= 0.
+      box_reward: per box pushed onto a target (subtracted per box pushed off one), >= 0.
+      finish_reward: when every box is on a target, >= 0.
+      invalid_penalty: subtracted on top of `step_penalty` when the action does not parse,
+        >= 0.
+      test_fraction: share of rooms in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_size: `size` of the "ood" rooms, >= 5.
+      ood_num_boxes: `num_boxes` of the "ood" rooms, in [1, ood_size - 2].
+      num_candidates: rooms generated per round, >= 1.
+      compact: the interior only, no row breaks, one-word messages.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -173,6 +193,38 @@ class Sokoban:
             raise ValueError(f"num_boxes must be in [1, {size - 2}], got {num_boxes}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
+        if reverse_steps is not None and reverse_steps < 1:
+            raise ValueError(
+                f"reverse_steps must be >= 1 (None = the default), got {reverse_steps}"
+            )
+        if carve_steps is not None and carve_steps < 1:
+            raise ValueError(f"carve_steps must be >= 1 (None = the default), got {carve_steps}")
+        if min_box_distance is not None and min_box_distance < 1:
+            raise ValueError(
+                f"min_box_distance must be >= 1 (0 allows solved rooms; None = 2 * num_boxes), "
+                f"got {min_box_distance}"
+            )
+        if not step_penalty >= 0.0:
+            raise ValueError(f"step_penalty must be >= 0 (it is subtracted), got {step_penalty}")
+        if not box_reward >= 0.0:
+            raise ValueError(f"box_reward must be >= 0, got {box_reward}")
+        if not finish_reward >= 0.0:
+            raise ValueError(f"finish_reward must be >= 0, got {finish_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        if ood_size < 5:
+            raise ValueError(f"ood_size must be >= 5 (a 3x3 interior at least), got {ood_size}")
+        if not 1 <= ood_num_boxes <= ood_size - 2:
+            raise ValueError(f"ood_num_boxes must be in [1, {ood_size - 2}], got {ood_num_boxes}")
+        if num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
         self._kwargs = dict(
             size=size,
             num_boxes=num_boxes,

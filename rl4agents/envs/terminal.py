@@ -240,6 +240,27 @@ class Terminal:
       max_obs_len: O, length of the observation returned by `step` (clipped command output).
       max_action_len: longest command in tokens.
       num_actions: number of valid command strings (every command over the name pools).
+
+    Args (a value out of its range raises ValueError at construction):
+      depth: directory levels below "/", in [1, 5].
+      width: most subdirectories per directory, in [1, len(DIR_NAMES)].
+      files_per_dir: most files per directory, in [1, len(FILE_NAMES)].
+      lines_per_file: most lines per file, in [1, 8].
+      dir_prob: probability of keeping each subdirectory slot, in (0, 1].
+      file_prob: probability of keeping each file slot, in (0, 1].
+      min_key_depth: least depth of the key file, in [0, depth] (and <= ood_depth).
+      max_output_lines: output lines kept per turn, >= max(width, ood_width) + files_per_dir
+        and >= lines_per_file (so ls and cat are never clipped).
+      progress_reward: per first entry of a directory on the key's path and first cat of the
+        key file, >= 0 (0 = off).
+      invalid_penalty: subtracted on a turn whose command does not parse, >= 0.
+      goal_reward: reward for submitting the right value, >= 0.
+      test_fraction: share of tasks in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_depth: `depth` of the "ood" trees, in [1, 5].
+      ood_width: `width` of the "ood" trees, in [1, len(DIR_NAMES)].
+      num_candidates: trees per generation round, in [1, 4096].
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -276,8 +297,26 @@ class Terminal:
         for name, value in (("dir_prob", dir_prob), ("file_prob", file_prob)):
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
+        if min_key_depth > ood_depth:
+            raise ValueError(
+                f"min_key_depth must be <= ood_depth={ood_depth} (the ood trees), "
+                f"got {min_key_depth}"
+            )
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
         need = max(width + files_per_dir, ood_width + files_per_dir, lines_per_file)
         if max_output_lines < need:
             raise ValueError(

@@ -135,6 +135,23 @@ class TwoAgent:
       max_obs_len: O, length of the observation returned by `step`.
       max_action_len: longest action in tokens.
       num_actions: 10 (ACTIONS: five messages, five moves).
+
+    Args (a value out of its range raises ValueError at construction):
+      size: side of the square map, >= 3.
+      wall_prob: probability that a cell is a wall, in [0, 1).
+      view_radius: r, the walker's (2r+1)^2 window, >= 1.
+      min_distance: least shortest-path distance from the walker to the goal, in
+        [1, 2 * (size - 1)] (and <= 2 * (ood_size - 1)).
+      max_steps: turns of either agent per episode, >= 2 * min_distance.
+      goal_reward: the team reward for reaching the goal, > 0.
+      progress_reward: potential-based shaping per walker turn, >= 0 (0 = off).
+      invalid_penalty: subtracted on an invalid turn, >= 0.
+      test_fraction: share of maps in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      ood_size: `size` of the "ood" maps, >= 3.
+      ood_max_steps: `max_steps` of the "ood" env, >= 2 * min_distance.
+      num_candidates: maps drawn per generation round, >= 1.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     num_agents = 2
@@ -171,13 +188,28 @@ class TwoAgent:
                 )
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if goal_reward <= 0 or progress_reward < 0 or invalid_penalty < 0:
+        if not 1 <= round(test_fraction * 1000) <= 999:
             raise ValueError(
-                "goal_reward must be > 0 and progress_reward, invalid_penalty >= 0, got "
-                f"{goal_reward}, {progress_reward}, {invalid_penalty}"
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
+        if not goal_reward > 0.0:
+            raise ValueError(f"goal_reward must be > 0, got {goal_reward}")
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
             )
         if ood_size < 3:
             raise ValueError(f"ood_size must be >= 3, got {ood_size}")
+        if min_distance > 2 * (ood_size - 1):
+            raise ValueError(
+                f"min_distance must be <= 2 * (ood_size - 1) = {2 * (ood_size - 1)} (the ood "
+                f"maps), got {min_distance}"
+            )
+        if num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
         self._kwargs = dict(
             size=size,
             wall_prob=wall_prob,

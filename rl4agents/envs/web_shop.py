@@ -232,6 +232,20 @@ class WebShop:
       max_obs_len: O, length of the observation returned by `step` (message + page).
       max_action_len: longest action in tokens.
       num_actions: number of valid action strings.
+
+    Args (a value out of its range raises ValueError at construction):
+      num_products: products per catalogue, in [2, len(ITEM_IDS)].
+      max_results: rows per results page, in [1, num_products].
+      min_required_attrs: fewest required attributes of an instruction, in [1, 2].
+      max_required_attrs: most required attributes, in [min_required_attrs, 2].
+      ood_required_attrs: required attributes of the "ood" instructions, in [1, 2].
+      progress_reward: per first visit of a matching product page and first right size
+        selection there, >= 0 (0 = off).
+      invalid_penalty: subtracted on a turn whose action does not parse, >= 0.
+      test_fraction: share of tasks in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] (tasks hash into 1000 classes).
+      num_candidates: catalogues per generation round, in [1, 4096].
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -259,6 +273,17 @@ class WebShop:
                 raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
         self._kwargs = dict(
             num_products=num_products,
             max_results=max_results,

@@ -287,6 +287,17 @@ class Wordle:
       num_actions: W, one "guess <word>" per listed word (action id = word id).
       pools: int32[3, L] secret word ids per split (train, test, ood), padded with -1.
       pool_sizes: int32[3] number of secrets per split.
+
+    Args (a value out of its range raises ValueError at construction):
+      max_guesses: the turn budget, >= 3.
+      goal_reward: reward for solving, >= 0.
+      turns_left_bonus: added per turn left after the solving guess, >= 0 (0 = off).
+      progress_reward: per newly found green position, >= 0 (0 = off).
+      invalid_penalty: subtracted on a turn that is not "guess <listed word>", >= 0.
+      test_fraction: share of the words in the held-out test class, in (0, 1) with
+        round(1000 * test_fraction) in [1, 999] and at least one word in each class.
+      ood_max_guesses: the turn budget of the "ood" env, >= 3.
+      tokenizer: encodes the text fragments (default: the built-in tokenizer).
     """
 
     def __init__(
@@ -306,6 +317,28 @@ class Wordle:
             raise ValueError(f"ood_max_guesses must be >= 3, got {ood_max_guesses}")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        if not 1 <= round(test_fraction * 1000) <= 999:
+            raise ValueError(
+                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+            )
+        if not goal_reward >= 0.0:
+            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
+        if not turns_left_bonus >= 0.0:
+            raise ValueError(f"turns_left_bonus must be >= 0 (0 = off), got {turns_left_bonus}")
+        if not progress_reward >= 0.0:
+            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
+        if not invalid_penalty >= 0.0:
+            raise ValueError(
+                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
+            )
+        # The split's classes, over this module's word list (cached per threshold).
+        is_test = heldout_mask(WORDS, int(round(test_fraction * 1000)))
+        if is_test.all() or not is_test.any():
+            raise ValueError(
+                "test_fraction must leave at least one word in each class (train and test), "
+                f"got {test_fraction}"
+            )
         self._kwargs = dict(
             max_guesses=max_guesses,
             goal_reward=goal_reward,
@@ -329,7 +362,6 @@ class Wordle:
 
         # Secrets per split: the class's words the oracle solves within the budget.
         solvable = oracle_turns(self.words) <= max_guesses
-        is_test = heldout_mask(self.words, self.test_threshold)
         pools = [
             np.flatnonzero(solvable & ~is_test),
             np.flatnonzero(solvable & is_test),
