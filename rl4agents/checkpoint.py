@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 
 _MISSING = object()
 CONFIG_NAME = "config.json"
+_MAX_LINES = 12  # per list in an error message
 
 
 def _lookup(config: dict, dotted: str) -> Any:
@@ -33,6 +34,22 @@ def _lookup(config: dict, dotted: str) -> Any:
             return _MISSING
         node = node[part]
     return node
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _clip_lines(lines: list[str]) -> list[str]:
+    if len(lines) <= _MAX_LINES:
+        return lines
+    return lines[:_MAX_LINES] + [f"  ... {len(lines) - _MAX_LINES} more"]
 
 
 def _show(value: Any) -> str:
@@ -83,6 +100,7 @@ class Checkpointer:
     ):
         self.directory = os.path.abspath(os.fspath(directory))
         self.compat_keys = tuple(compat_keys)
+        self._config = json.loads(config_json)
         self.check_compatible(config_json)
         os.makedirs(self.directory, exist_ok=True)
         self._write_config(config_json)
@@ -211,8 +229,41 @@ class Checkpointer:
         if problems:
             raise ValueError(
                 f"Checkpoint step {step} in {self.directory} does not match the restore "
-                "target:\n" + "\n".join(problems)
+                "target."
+                + self._explain_shapes()
+                + "\nTensors that differ:\n"
+                + "\n".join(_clip_lines(problems))
             )
+
+    def config_diff(self) -> list[str]:
+        """Fields where this run's config differs from the stored `config.json`, as
+        "  key: stored X, new Y" lines; environment and model fields first."""
+        if not os.path.exists(self.config_path):
+            return []
+        with open(self.config_path) as f:
+            stored = _flatten(json.load(f))
+        new = _flatten(self._config)
+        keys = [
+            k for k in stored.keys() | new.keys() if stored.get(k, _MISSING) != new.get(k, _MISSING)
+        ]
+        keys.sort(key=lambda k: (not k.startswith(("env.", "model.")), k))
+        return [
+            f"  {k}: stored {_show(stored.get(k, _MISSING))}, new {_show(new.get(k, _MISSING))}"
+            for k in keys
+        ]
+
+    def _explain_shapes(self) -> str:
+        """Names the config fields that changed: the shapes follow from them (a vocabulary
+        follows from the environment's fields, e.g. `env.frozen_lake.compact`)."""
+        diff = self.config_diff()
+        if not diff:
+            return ""
+        return (
+            " The shapes follow from the config; fields that differ from the stored run's "
+            f"({self.config_path}):\n"
+            + "\n".join(_clip_lines(diff))
+            + "\nUse a new workdir, or restore the stored values of these fields."
+        )
 
     def close(self) -> None:
         """Waits for pending saves and releases Orbax's resources."""

@@ -173,3 +173,22 @@ def test_checkpointer__wrong_target_names_leaf(tmp_path):
             ckpt.restore(1, abstract.replace(opt_state=abstract.opt_state[:0]))
         with pytest.raises(FileNotFoundError):
             ckpt.restore(5, abstract)
+
+
+def test_checkpointer__wrong_target_names_the_config_fields_that_changed(tmp_path):
+    state = _state()
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    wider = abstract.replace(
+        params={
+            "dense": {**abstract.params["dense"], "w": jax.ShapeDtypeStruct((8, 6), jnp.float32)}
+        }
+    )
+    # A field outside compat_keys (here env.frozen_lake.size) changes the shapes.
+    new_config = json.loads(_config())
+    new_config["env"]["frozen_lake"] = {"size": 6}
+    with _checkpointer(tmp_path, config_json=json.dumps(new_config)) as ckpt:
+        assert ckpt.config_diff() == ["  env.frozen_lake.size: stored <missing>, new 6"]
+        with pytest.raises(ValueError, match=r"(?s)env.frozen_lake.size: stored <missing>, new 6"):
+            ckpt.restore(1, wider)

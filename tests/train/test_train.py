@@ -156,3 +156,22 @@ def test_loop__incompatible_checkpoint_fails_and_keeps_files(tmp_path, full_run)
     with pytest.raises(ValueError, match=r"model.d_model: stored 0, new 32"):
         loop.run(loop_config(**{"model.d_model": 32}), str(workdir), quiet=True)
     assert _files(workdir) == before  # nothing written, nothing lost
+
+
+def test_loop__vocabulary_change_names_the_env_field(tmp_path, full_run):
+    # The vocabulary follows from the environment's fields, not from one config key: a
+    # changed one is refused with the field, not only with the embedding's shapes.
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    before = _files(workdir)
+    config = loop_config()
+    config.unlock()
+    config.env.frozen_lake.compact = not config.env.frozen_lake.compact
+    config.lock()
+    pattern = (
+        r"(?s)fields that differ from the stored run's.*env.frozen_lake.compact: stored false, "
+        r"new true.*Use a new workdir.*Tensors that differ:.*embed"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        loop.run(config, str(workdir), quiet=True)
+    assert _files(workdir) == before
