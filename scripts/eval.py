@@ -1,7 +1,7 @@
 """Evaluate a run's latest checkpoint and print a table.
 
   python scripts/eval.py --workdir=runs/fl --split=test
-  python scripts/eval.py --workdir=runs/fl --split=ood --num_tasks=512 --show=2
+  python scripts/eval.py --workdir=runs/fl --split=train,test,ood --num_tasks=512
 
 The run's own config (workdir/checkpoints/config.json) rebuilds the experiment.
 """
@@ -47,18 +47,23 @@ def main(argv):
         _fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
     with open(config_path) as f:
         config = ml_collections.ConfigDict(json.load(f))
+    if _NUM_TASKS.value < 0:
+        _fail(f"--num_tasks={_NUM_TASKS.value}; allowed: >= 1, or 0 (= the run's eval_tasks)")
     if _SEED.value >= 0:
         config.train.eval_seed = _SEED.value
-    exp = experiment.build(config)
-    ckpt = checkpoint_lib.Checkpointer(
-        ckpt_dir, config_json=exp.config_json, compat_keys=experiment.COMPAT_KEYS
-    )
-    step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value
-    if step is None:
-        _fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
-    if step not in ckpt.all_steps():
-        _fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
-    state = ckpt.restore(step, exp.abstract_state())
+    try:
+        exp = experiment.build(config)
+        ckpt = checkpoint_lib.Checkpointer(
+            ckpt_dir, config_json=exp.config_json, compat_keys=experiment.COMPAT_KEYS
+        )
+        step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value
+        if step is None:
+            _fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
+        if step not in ckpt.all_steps():
+            _fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
+        state = ckpt.restore(step, exp.abstract_state())
+    except (ValueError, KeyError) as e:  # the stored config or checkpoint does not build
+        _fail(f"{config_path}: {e}")
     num_tasks = _NUM_TASKS.value or config.train.eval_tasks
     rows = []
     try:

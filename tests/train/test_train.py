@@ -3,6 +3,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -175,3 +177,36 @@ def test_loop__vocabulary_change_names_the_env_field(tmp_path, full_run):
     with pytest.raises(ValueError, match=pattern):
         loop.run(config, str(workdir), quiet=True)
     assert _files(workdir) == before
+
+
+def _eval_cli(*flags):
+    return subprocess.run(
+        [sys.executable, "scripts/eval.py", *flags], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_eval_cli__prints_table_and_refuses_bad_flags_in_one_line(tmp_path, full_run):
+    out = _eval_cli(f"--workdir={full_run}", "--split=test", "--num_tasks=8", "--step=2")
+    assert out.returncode == 0, out.stderr
+    assert "checkpoint step 2" in out.stdout and "greedy_success" in out.stdout
+    # A stored config that no longer builds (a value outside its range).
+    broken = tmp_path / "broken"
+    shutil.copytree(full_run, broken)
+    config_path = broken / "checkpoints" / "config.json"
+    stored = json.loads(config_path.read_text())
+    stored["train"]["eval_every"] = 0
+    config_path.write_text(json.dumps(stored))
+    before = _files(broken)
+    cases = [
+        ((f"--workdir={full_run}", "--split=dev"), "--split='dev' is not allowed"),
+        ((f"--workdir={full_run}", "--num_tasks=-1"), "--num_tasks=-1; allowed: >= 1"),
+        ((f"--workdir={full_run}", "--step=3"), "--step=3 is not saved; saved steps: [2, 4]"),
+        ((f"--workdir={tmp_path / 'none'}",), "holds no run"),
+        ((f"--workdir={broken}",), "train.eval_every=0; allowed: >= 1"),
+    ]
+    for flags, message in cases:
+        out = _eval_cli(*flags)
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1, (flags, out.stderr)
+        assert lines[0].startswith("error: ") and message in lines[0], (flags, lines)
+    assert _files(broken) == before
