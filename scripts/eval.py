@@ -3,7 +3,8 @@
   python scripts/eval.py --workdir=runs/fl --split=test
   python scripts/eval.py --workdir=runs/fl --split=train,test,ood --num_tasks=512
 
-The run's own config (workdir/checkpoints/config.json) rebuilds the experiment.
+The run's own config (workdir/checkpoints/config.json, over the defaults of configs/base.py for
+fields added since it was saved) rebuilds the experiment.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
-import ml_collections  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
+from configs import base  # noqa: E402
 from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
 from rl4agents.train import experiment, loop, writers  # noqa: E402
 
@@ -46,7 +47,12 @@ def main(argv):
     if not os.path.exists(config_path):
         _fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
     with open(config_path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
+        stored = json.load(f)
+    # The stored config over today's defaults: a run saved before a field existed gets the
+    # field's default, which keeps the behaviour it was trained with (new options default off).
+    config = base.get_config()
+    config.unlock()
+    config.update(stored)
     if _NUM_TASKS.value < 0:
         _fail(f"--num_tasks={_NUM_TASKS.value}; allowed: >= 1, or 0 (= the run's eval_tasks)")
     if _SEED.value >= 0:

@@ -186,7 +186,16 @@ def _eval_cli(*flags):
 
 
 def test_eval_cli__prints_table_and_refuses_bad_flags_in_one_line(tmp_path, full_run):
-    out = _eval_cli(f"--workdir={full_run}", "--split=test", "--num_tasks=8", "--step=2")
+    # A run saved before some fields existed (here the KL controller's): they take today's
+    # defaults, which keep the behaviour it was trained with.
+    old = tmp_path / "old"
+    shutil.copytree(full_run, old)
+    config_path = old / "checkpoints" / "config.json"
+    stored = json.loads(config_path.read_text())
+    for field in ("kl_ctrl", "kl_target", "kl_horizon"):
+        del stored["loss"][field]
+    config_path.write_text(json.dumps(stored))
+    out = _eval_cli(f"--workdir={old}", "--split=test", "--num_tasks=8", "--step=2")
     assert out.returncode == 0, out.stderr
     assert "checkpoint step 2" in out.stdout and "greedy_success" in out.stdout
     # A stored config that no longer builds (a value outside its range).
