@@ -83,6 +83,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.kl_estimator = "k3"  # in the loss: k1 | k2 | k3 | abs, "+" = straight-through gradient
     c.loss.kl_in_reward = False  # True: -beta * KL per action token in the reward, not the loss
     c.loss.kl_reward_estimator = "k1"  # the KL in the reward (verl algorithm.kl_penalty "kl")
+    # beta of the KL in the reward: "fixed" | "adaptive" (Ziegler et al.: from kl_coef, moved
+    # each step towards kl_target with verl's kl_ctrl rule; methods.md 7.2)
+    c.loss.kl_ctrl = "fixed"
+    c.loss.kl_target = 0.1
+    c.loss.kl_horizon = 10000.0
     c.loss.entropy_coef = 0.0
     c.loss.value_coef = 0.5
     c.loss.value_clip = 0.5

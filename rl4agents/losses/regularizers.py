@@ -63,6 +63,48 @@ def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k3") -> jax.Ar
     return backward - jax.lax.stop_gradient(backward) + jax.lax.stop_gradient(forward)
 
 
+def sequence_mean_kl(kl: jax.Array, mask: jax.Array) -> jax.Array:
+    """The batch's KL as the adaptive controller reads it (verl `apply_kl_penalty`).
+
+    The masked mean of each row, then the plain mean over rows; a row without action tokens
+    counts as 0 (verl's `masked_mean` divides by `mask.sum() + 1e-8`).
+
+    Args:
+      kl: f32[B, T] per-token KL.
+      mask: bool[B, T] action tokens.
+
+    Returns:
+      f32[] the current KL.
+    """
+    chex.assert_equal_shape([kl, mask])
+    m = mask.astype(jnp.float32)
+    per_row = jnp.sum(jnp.where(mask, kl, 0.0), axis=-1) / (jnp.sum(m, axis=-1) + 1e-8)
+    return jnp.mean(per_row)
+
+
+def adaptive_kl_coef(
+    coef: jax.Array, current_kl: jax.Array, target: float, n_steps: int, horizon: float
+) -> jax.Array:
+    """One update of the adaptive KL coefficient (Ziegler et al. 2019; verl `AdaptiveKLController`).
+
+    `e = clip(KL / target - 1, -0.2, 0.2)`, `beta <- beta * (1 + e * n_steps / horizon)`: beta
+    grows while the KL is above the target and shrinks while it is below, by at most 20% of
+    `n_steps / horizon` per update. https://arxiv.org/abs/1909.08593
+
+    Args:
+      coef: f32[] the current beta.
+      current_kl: f32[] the batch's KL (`sequence_mean_kl`).
+      target: the KL to hold (verl `target_kl`, 0.1).
+      n_steps: sequences in the batch (verl passes the batch size).
+      horizon: verl `horizon`, 10000.
+
+    Returns:
+      f32[] the next beta.
+    """
+    error = jnp.clip(current_kl / target - 1.0, -0.2, 0.2)
+    return coef * (1.0 + error * n_steps / horizon)
+
+
 def entropy_from_logits(logits: jax.Array, temperature: float = 1.0) -> jax.Array:
     """Entropy of the categorical distribution given by `logits / temperature`.
 

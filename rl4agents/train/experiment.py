@@ -210,6 +210,7 @@ def make_state(
         params=params,
         opt_state=step_cfg.optimizer.init(params),
         ref_params=ref,
+        kl_coef=step_lib.initial_kl_coef(step_cfg.loss),
     )
 
 
@@ -309,6 +310,8 @@ _RANGES: dict[str, dict[str, Any]] = {
     "rollout.max_context_len": dict(low=0, note="(0 = fit all K turns)"),
     "loss.value_coef": dict(low=0),
     "loss.value_clip": dict(low=0),
+    "loss.kl_target": dict(low=0, low_open=True),
+    "loss.kl_horizon": dict(low=0, low_open=True),
     "shaping.overlong_factor": dict(low=0),
     "mesh.device_memory_gb": dict(low=0, note="(0 = what the runtime reports)"),
 }
@@ -377,6 +380,13 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         "loss.kl_reward_estimator", c.loss.kl_reward_estimator, losses.KL_KINDS
     )
     config_utils.check_choice("loss.tis_mode", c.loss.tis_mode, ("token", "sequence"))
+    config_utils.check_choice("loss.kl_ctrl", c.loss.kl_ctrl, ("fixed", "adaptive"))
+    if c.loss.kl_ctrl == "adaptive" and not (c.loss.kl_in_reward and c.loss.kl_coef > 0):
+        raise ValueError(
+            f"loss.kl_ctrl='adaptive' adapts the KL in the reward, but loss.kl_in_reward="
+            f"{c.loss.kl_in_reward} and loss.kl_coef={c.loss.kl_coef}; allowed: "
+            "loss.kl_in_reward=True with loss.kl_coef > 0 (the starting beta), or kl_ctrl='fixed'"
+        )
     for field in ("echo_coef", "tis_cap", "kl_coef", "entropy_coef"):
         if c.loss[field] < 0:
             raise ValueError(f"loss.{field}={c.loss[field]}; allowed: >= 0")
@@ -392,6 +402,9 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         kl_estimator=c.loss.kl_estimator,
         kl_in_reward=c.loss.kl_in_reward,
         kl_reward_estimator=c.loss.kl_reward_estimator,
+        kl_ctrl=c.loss.kl_ctrl,
+        kl_target=c.loss.kl_target,
+        kl_horizon=c.loss.kl_horizon,
         value_coef=c.loss.value_coef,
         value_clip=c.loss.value_clip,
         echo_coef=c.loss.echo_coef,

@@ -15,6 +15,9 @@ class TrainState:
     params: Any  # nnx.State of the policy (and value head)
     opt_state: Any  # optax state
     ref_params: Any  # nnx.State of the frozen reference policy, or None (no KL term)
+    # f32[] the KL coefficient beta under the adaptive controller (loss.kl_ctrl="adaptive"),
+    # updated every step and checkpointed with the rest; None for a fixed beta.
+    kl_coef: Any = None
 
 
 def make_optimizer(

@@ -33,6 +33,11 @@ class LossConfig:
     kl_estimator: str = "k3"  # the KL term in the loss (verl `kl_loss_type` low_var_kl)
     kl_in_reward: bool = False  # KL as a per-token reward penalty instead of a loss term
     kl_reward_estimator: str = "k1"  # the KL in the reward (verl `algorithm.kl_penalty` "kl")
+    # beta of the KL in the reward: "fixed" (kl_coef) or "adaptive" (starts at kl_coef, then
+    # `regularizers.adaptive_kl_coef` each step towards kl_target; held in TrainState.kl_coef)
+    kl_ctrl: str = "fixed"
+    kl_target: float = 0.1  # verl `kl_ctrl.target_kl`
+    kl_horizon: float = 10000.0  # verl `kl_ctrl.horizon`
     value_coef: float = 0.5
     value_clip: float = 0.5
     echo_coef: float = 0.0  # ECHO: cross-entropy on environment-observation tokens
@@ -380,6 +385,11 @@ def _window_view(traj: Trajectory, rows: rollout_lib.StepRows, cfg: StepConfig) 
     )
 
 
+def initial_kl_coef(lc: LossConfig) -> jax.Array | None:
+    """`TrainState.kl_coef` of a fresh run: f32[] beta under the adaptive controller, else None."""
+    return jnp.asarray(lc.kl_coef, jnp.float32) if lc.kl_ctrl == "adaptive" else None
+
+
 def prepare_batch(
     state: TrainState, traj: Trajectory, cfg: StepConfig, rows: rollout_lib.StepRows | None = None
 ):
@@ -402,6 +412,7 @@ def prepare_batch(
             jnp.asarray(view.action_slots), (tokens.shape[0], len(view.action_slots))
         )
     values_old = logp_ref = logp_learner = None
+    kl_metrics = {}
     model = nnx.merge(cfg.graphdef, state.params)
     prefix, group = shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
     pin = sharding.batch_constraint(cfg.mesh)
@@ -433,7 +444,12 @@ def prepare_batch(
         ).logp
         if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_reward_estimator)
-            traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, lc.kl_coef * kl, 0.0)))
+            beta = state.kl_coef if lc.kl_ctrl == "adaptive" else lc.kl_coef
+            traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, beta * kl, 0.0)))
+            kl_metrics = {
+                "kl_reward": regularizers.sequence_mean_kl(kl, mask),
+                "kl_coef": jnp.asarray(beta, jnp.float32),
+            }
     out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))
     zeros = jnp.zeros(tokens.shape, jnp.float32)
     weights = jnp.ones(tokens.shape, jnp.float32)
@@ -461,6 +477,7 @@ def prepare_batch(
         "adv_mean": credit_common.masked_mean(out.advantages, traj.action_mask),
         "adv_abs": credit_common.masked_mean(jnp.abs(out.advantages), traj.action_mask),
         **out.metrics,
+        **kl_metrics,
     }
     return batch, adv_metrics
 
@@ -561,6 +578,13 @@ def update(
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics = {**metrics, **adv_metrics, **rollout_metrics(traj, cfg.rollout.group_size)}
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    lc = cfg.loss
+    if lc.kl_ctrl == "adaptive":  # after this batch's rewards used the old beta, as verl
+        new_state = new_state.replace(
+            kl_coef=regularizers.adaptive_kl_coef(
+                state.kl_coef, adv_metrics["kl_reward"], lc.kl_target, b, lc.kl_horizon
+            )
+        )
     return new_state, metrics
 
 

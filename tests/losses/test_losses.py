@@ -238,6 +238,32 @@ def test_kl_penalty__matches_closed_form(kind):
         assert float(got[0, 0]) == 10.0
 
 
+def test_sequence_mean_kl__row_means_then_batch_mean_by_hand():
+    from rl4agents.losses import regularizers
+
+    kl = jnp.array([[1.0, 2.0, 3.0], [4.0, 7.0, 7.0], [9.0, 9.0, 9.0]])
+    mask = jnp.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], bool)
+    # rows: (1 + 2) / 2 = 1.5, 4 / 1 = 4, an empty row 0; mean (1.5 + 4 + 0) / 3
+    np.testing.assert_allclose(regularizers.sequence_mean_kl(kl, mask), 5.5 / 3, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "current, expected",
+    [
+        # KL above target by 50%: error clipped to +0.2, beta * (1 + 0.2 * 64 / 10000)
+        (0.15, 0.1 * 1.00128),
+        (0.05, 0.1 * (1 - 0.00128)),  # below by 50%: clipped to -0.2
+        (0.11, 0.1 * (1 + 0.1 * 64 / 10000)),  # within the clip: error 0.1
+        (0.10, 0.1),  # on target: unchanged
+    ],
+)
+def test_adaptive_kl_coef__ziegler_rule_by_hand(current, expected):
+    from rl4agents.losses import regularizers
+
+    out = regularizers.adaptive_kl_coef(jnp.float32(0.1), jnp.float32(current), 0.1, 64, 10000.0)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
 def test_kl_penalty__k1_k3_expectations_equal_true_kl():
     # E_{x~p}[k1] = E_{x~p}[k3] = KL(p || q) exactly for categorical p, q.
     rng = np.random.default_rng(3)

@@ -584,6 +584,69 @@ def test_kl_in_reward__token_penalty_in_credit_and_no_kl_term_in_loss():
     np.testing.assert_allclose(np.asarray(adv_k1["token_penalty"]), expected, atol=1e-6)
 
 
+def test_adaptive_kl__beta_follows_verls_rule_from_the_batch_kl():
+    beta0, target, horizon = 0.1, 0.01, 100.0
+    state0 = base_state()
+    state0 = state0.replace(ref_params=scaled(state0.params, 1.5), kl_coef=jnp.float32(beta0))
+    traj = rollout_fn()(jax.random.key(5), state0.params)
+    key = jax.random.key(6)
+    cfg = variant(
+        kl_coef=beta0, kl_in_reward=True, kl_ctrl="adaptive", kl_target=target, kl_horizon=horizon
+    )
+    upd = jax.jit(lambda state, traj, key: step_lib.update(state, traj, key, cfg))
+    state1, m1 = upd(state0, traj, key)
+    # The batch KL, recomputed here: k1 = logp_behavior - logp_ref per action token, the mean
+    # of each row, then of the rows (a row without action tokens counts 0).
+    batch, _ = prepare_fn(cfg)(state0, traj)
+    mask = np.asarray(batch.action_mask)
+    logp_ref = np.asarray(score_logp(state0.ref_params, batch.tokens, batch.valid_mask))
+    k1 = np.where(mask, np.asarray(batch.logp_old) - logp_ref, 0.0)
+    rows = k1.sum(-1) / (mask.sum(-1) + 1e-8)
+    kl = rows.mean()
+    np.testing.assert_allclose(float(m1["kl_reward"]), kl, rtol=1e-4, atol=1e-7)
+    # beta <- beta * (1 + clip(KL / target - 1, -0.2, 0.2) * n / horizon), n = 8 episodes.
+    error = np.clip(kl / target - 1.0, -0.2, 0.2)
+    assert abs(error) > 0
+    expected = beta0 * (1.0 + error * mask.shape[0] / horizon)
+    np.testing.assert_allclose(float(state1.kl_coef), expected, rtol=1e-5)
+    # This batch's rewards used the old beta: the update equals the fixed controller's.
+    assert float(m1["kl_coef"]) == np.float32(beta0)
+    fixed, _ = jax.jit(
+        lambda state, traj, key: step_lib.update(
+            state, traj, key, variant(kl_coef=beta0, kl_in_reward=True)
+        )
+    )(state0.replace(kl_coef=None), traj, key)
+    for a, b in zip(jax.tree.leaves(fixed.params), jax.tree.leaves(state1.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # The next step's penalty uses the updated beta.
+    _, m2 = upd(state1, traj, key)
+    assert float(m2["kl_coef"]) == float(state1.kl_coef)
+
+
+def test_adaptive_kl__beta_is_in_the_state_and_resumes_exactly(tmp_path):
+    from rl4agents import checkpoint as checkpoint_lib
+
+    exp = build(**{"loss.kl_coef": 0.05, "loss.kl_in_reward": True, "loss.kl_ctrl": "adaptive"})
+    assert exp.abstract_state().kl_coef.shape == ()
+    state = exp.init_state(jax.random.key(0))
+    assert float(state.kl_coef) == np.float32(0.05)
+    root = exp.root_key()
+    state1, _ = exp.train_step(state, root)
+    with checkpoint_lib.Checkpointer(
+        tmp_path, config_json=exp.config_json, compat_keys=experiment.COMPAT_KEYS
+    ) as ckpt:
+        ckpt.save(1, state1)
+        restored = ckpt.restore(1, exp.abstract_state())
+    beta1 = float(state1.kl_coef)
+    assert float(restored.kl_coef) == beta1 != np.float32(0.05)
+    direct, m_direct = exp.train_step(state1, root)  # donates its state: read before
+    resumed, m_resumed = exp.train_step(restored, root)
+    assert float(direct.kl_coef) == float(resumed.kl_coef) != beta1
+    assert float(m_direct["kl_coef"]) == float(m_resumed["kl_coef"]) == beta1
+    for a, b in zip(jax.tree.leaves(direct.params), jax.tree.leaves(resumed.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_loss__agg_scale_divides_every_term():
     """ "seq-mean-token-sum-norm" with a constant C: the policy, entropy and KL terms are all
     sums over action tokens divided by C (verl applies one `agg_loss` to every term); without
@@ -633,6 +696,15 @@ def test_loss__agg_scale_divides_every_term():
             {"loss.tis_mode": "batch"},
             r"loss\.tis_mode='batch' is not allowed; allowed: \['token', 'sequence'\]",
         ),
+        ({"loss.kl_ctrl": "pid"}, r"loss\.kl_ctrl='pid' is not allowed; allowed: \['fixed'"),
+        (
+            {"loss.kl_ctrl": "adaptive", "loss.kl_coef": 0.1},
+            r"kl_ctrl='adaptive' adapts the KL in the reward, but loss.kl_in_reward=False",
+        ),
+        (
+            {"loss.kl_ctrl": "adaptive", "loss.kl_in_reward": True, "loss.kl_target": 0.0},
+            r"loss\.kl_target=0\.0; allowed: > 0",
+        ),
     ],
     ids=[
         "overlong_per",
@@ -644,6 +716,9 @@ def test_loss__agg_scale_divides_every_term():
         "buffer_negative",
         "max_gen_batches",
         "tis_mode",
+        "kl_ctrl",
+        "kl_ctrl_needs_reward",
+        "kl_target",
     ],
 )
 def test_build__rejects_bad_option(overrides, pattern):

@@ -102,6 +102,7 @@ def init_state(
         params=params,
         opt_state=cfg.optimizer.init(params),
         ref_params=ref,
+        kl_coef=step_lib.initial_kl_coef(cfg.loss),
     )
 
 
