@@ -7,10 +7,12 @@ names and the only source of defaults.
 
 from __future__ import annotations
 
+import argparse
 import inspect
+import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import ml_collections
 from absl import flags
@@ -46,13 +48,48 @@ def to_dict(section: ml_collections.ConfigDict | dict) -> dict[str, Any]:
     return section.to_dict() if isinstance(section, ml_collections.ConfigDict) else dict(section)
 
 
-def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
-    """absl flag parsing for a script's `app.run(main, flags_parser=parse_flags)`.
+def fail(message: str) -> NoReturn:
+    """A script's refusal of bad input: one line, `error: {message}`, on stderr; exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
-    A `--config.KEY=VALUE` override naming no field of the config makes ml_collections raise
-    from inside absl's parser, which prints chained tracebacks. This prints one line instead,
-    naming the override, the close known keys and the keys allowed where it points, and exits
-    with status 2.
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, with a bad argument refused in one line (`fail`), no usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def _flags_error_line(e: Exception) -> str:
+    """absl's multi-line flag error (a wrong type, an unknown or missing flag, a config file
+    whose `get_config` raised) as one line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [repr(e)]
+    if "Error whilst parsing config file" in lines[0]:  # get_config() raised: keep its message
+        lines = [lines[0].split(" Error whilst")[0] + " " + lines[-1]]
+    return "; ".join(line.removeprefix("flag ") for line in lines)
+
+
+def parse_plain_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing for `app.run(main, flags_parser=parse_plain_flags)`: a flag error is
+    one line and exit status 2 (`fail`), not absl's FATAL message and help hint."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        fail(_flags_error_line(e))
+
+
+def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
+    """absl flag parsing for a script with a config flag: `app.run(main,
+    flags_parser=parse_flags)`.
+
+    Every bad command line is refused in one line with exit status 2 (`fail`):
+    - a `--config=FILE[:ARG]` whose FILE does not exist (checked before absl loads it);
+    - a `--config.KEY=VALUE` override naming no field of the config (ml_collections raises
+      from inside absl's parser, with chained tracebacks): the line names the override, the
+      close known keys and the keys allowed where it points;
+    - absl's own flag errors (a value of the wrong type, an unknown or missing flag, a config
+      file whose `get_config` raises).
 
     Args:
       argv: the command line (argv[0] is the program).
@@ -61,11 +98,20 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
     Returns:
       The arguments absl leaves for `main`.
     """
+    spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{flag}=")), None)
+    if spec is not None:
+        path = spec.split(":", 1)[0]
+        if not os.path.isfile(path):
+            fail(
+                f"--{flag}={spec!r}: no config file {path!r}; allowed: a file such as "
+                "configs/frozen_lake.py, with an optional ':ARG'"
+            )
     try:
         return flags.FLAGS(argv)
     except (AttributeError, KeyError) as e:
-        print(f"error: {_unknown_override(argv, flag) or e}", file=sys.stderr)
-        sys.exit(2)
+        fail(_unknown_override(argv, flag) or str(e))
+    except flags.Error as e:
+        fail(_flags_error_line(e))
 
 
 def _unknown_override(argv: list[str], flag: str) -> str | None:

@@ -81,9 +81,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 # ----- default mode -----------------------------------------------------------------------
 
 
-def bench_default(args) -> dict:
-    config = load_config(args.config, args.quick)
-    exp = experiment_lib.build(config)
+def bench_default(args, config, exp) -> dict:
     sc = exp.step_cfg
     lay = rollout_lib.make_layout(sc.env, sc.rollout)
     log(
@@ -119,9 +117,8 @@ def bench_default(args) -> dict:
     return out
 
 
-def bench_meshes(args) -> dict:
+def bench_meshes(args, config) -> dict:
     """The config's train step on each mesh of `--meshes`, timed in one run, with ratios."""
-    config = load_config(args.config, args.quick)
     shapes = [tuple(int(x) for x in m.split("x")) for m in args.meshes.split(",")]
     out = {}
     for shape in shapes:
@@ -141,10 +138,8 @@ def bench_meshes(args) -> dict:
     return out
 
 
-def bench_seeds(args) -> dict:
+def bench_seeds(args, exp) -> dict:
     """S seeds of one config: one vmapped train step vs S separate steps, interleaved."""
-    config = load_config(args.config, args.quick)
-    exp = experiment_lib.build(config)
     n = args.seeds
     vstep = experiment_lib.jit_train_step_seeds(exp.step_cfg, exp.mesh)
     singles = [exp.init_state(jax.random.key(s)) for s in range(n)]
@@ -636,8 +631,64 @@ def meta(args) -> dict:
     )
 
 
+def _check_args(ap: argparse.ArgumentParser, args) -> tuple:
+    """Every argument's value, before anything is measured or written: (config, experiment)
+    of --config, or (None, None) with --vs-peers."""
+    fail = ap.error
+    for name, low in (("repeats", 1), ("rounds", 1), ("seeds", 0), ("turn_groups", 1)):
+        if getattr(args, name) < low:
+            fail(f"--{name.replace('_', '-')}={getattr(args, name)}; allowed: >= {low}")
+    if args.peer_threads < 0:
+        fail(f"--peer-threads={args.peer_threads}; allowed: >= 1, or 0 (their default)")
+    if not args.peer_timeout > 0:
+        fail(f"--peer-timeout={args.peer_timeout}; allowed: > 0")
+    for family in filter(None, args.only.split(",")):
+        if family not in _ORDER:
+            fail(f"--only={family!r} is no job family; allowed: {list(_ORDER)}")
+    names = [j.name for j in peers.PEER_JOBS]
+    for name in filter(None, args.peer_jobs.split(",")):
+        if name not in names:
+            fail(f"--peer-jobs={name!r} is no peer job; allowed: {names}")
+    for shape in args.meshes.split(",") if args.meshes else []:
+        sizes = shape.split("x")
+        if len(sizes) != 3 or not all(x.isdigit() and int(x) >= 1 for x in sizes):
+            fail(f"--meshes={shape!r}; allowed: DATAxFSDPxTENSOR sizes >= 1, e.g. 1x1x1,8x1x1")
+        if int(np.prod([int(x) for x in sizes])) > jax.device_count():
+            fail(f"--meshes={shape!r} needs more than the {jax.device_count()} devices here")
+    if args.json:
+        existing = os.path.dirname(os.path.abspath(args.json))  # the part of it that exists
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if os.path.isdir(args.json) or not os.path.isdir(existing):
+            fail(f"--json={args.json!r}; allowed: a file path (its missing folders are created)")
+    if args.vs_peers:
+        return None, None
+    path = args.config.partition(":")[0]
+    if not os.path.isfile(os.path.join(_REPO, path)):
+        fail(f"--config={args.config!r}: no such file; allowed: a config file[:arg] in the repo")
+    try:
+        config = load_config(args.config, args.quick)
+        if not args.meshes:
+            return config, experiment_lib.build(config)
+        shape = tuple(int(x) for x in args.meshes.split(",")[0].split("x"))
+        devices = jax.devices()[: int(np.prod(shape))]
+        mesh = sharding.make_mesh(("data", "fsdp", "tensor"), shape, devices=devices)
+        experiment_lib.build(config, mesh=mesh)  # the first one bench_meshes builds
+        return config, None
+    except (ValueError, KeyError) as e:  # the config's argument, or a config that does not build
+        fail(f"--config={args.config!r}: {e}")
+
+
+def _write_json(res: dict, path: str, **kwargs) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(res, f, **kwargs)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = config_utils.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument(
         "--config",
         default="configs/frozen_lake.py",
@@ -694,6 +745,7 @@ def main(argv=None) -> int:
         "otherwise slow HF generate down 10-50x",
     )
     args = ap.parse_args(argv)
+    config, exp = _check_args(ap, args)
     if args.quick:
         args.repeats = 1
     res = dict(meta=meta(args))
@@ -707,20 +759,18 @@ def main(argv=None) -> int:
         log("measuring the dense matmul rate for the compute floors")
         res["vs_peers"]["floors"] = compute_floors(res["vs_peers"], mesh)
     elif args.meshes:
-        res["meshes"] = bench_meshes(args)
+        res["meshes"] = bench_meshes(args, config)
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=2)
+            _write_json(res, args.json, indent=2)
         return 0
     elif args.seeds:
-        res["seeds"] = bench_seeds(args)
+        res["seeds"] = bench_seeds(args, exp)
         print(json.dumps(res["seeds"], indent=2))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=2)
+            _write_json(res, args.json, indent=2)
         return 0
     else:
-        res["default"] = bench_default(args)
+        res["default"] = bench_default(args, config, exp)
     res["meta"]["loadavg_end"] = os.getloadavg()
     res["meta"]["wall_s"] = round(time.perf_counter() - _T0, 1)
     print(
@@ -743,9 +793,7 @@ def main(argv=None) -> int:
         print_vs_peers(res["vs_peers"])
         print_floors(res["vs_peers"])
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1, default=float)
+        _write_json(res, args.json, indent=1, default=float)
         log(f"wrote {args.json}")
     return 0
 

@@ -106,6 +106,9 @@ def forward_ms(cfg, length: int = 480, slots=None) -> tuple[float, float]:
 
 
 def main() -> None:
+    if sys.argv[1:]:  # it takes no arguments
+        print(f"error: unexpected arguments: {sys.argv[1:]}", file=sys.stderr)
+        sys.exit(2)
     cfg = policy_lib.make_config("bench", VOCAB)
     graphdef, params = nnx.split(policy_lib.Policy(cfg, nnx.Rngs(0)))
     print(f"jax {jax.__version__}, {jax.device_count()} {jax.default_backend()} device(s)")

@@ -36,6 +36,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import profile_ops  # noqa: E402  (the jobs it profiles: the same programs)
 
+from rl4agents import config_utils  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 
@@ -103,10 +104,14 @@ def compare(name: str, programs, pairs: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = config_utils.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument("--pairs", type=int, default=30, help="alternating (old, new) call pairs")
     ap.add_argument("--only", choices=["qkv", "qkv_gen", "prefill"], default=None)
     args = ap.parse_args()
+    if args.pairs < 1:
+        ap.error(f"--pairs={args.pairs}; allowed: >= 1")
     print(f"jax {jax.__version__}, {jax.device_count()} {jax.default_backend()} device(s)")
     if args.only in (None, "qkv"):
         with jax.default_device(jax.devices()[0]):

@@ -18,7 +18,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -26,7 +25,7 @@ import time  # noqa: E402
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
 
-from rl4agents import sharding  # noqa: E402
+from rl4agents import config_utils, sharding  # noqa: E402
 from rl4agents.bench import jobs, peer_lake, peer_single  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
@@ -42,10 +41,15 @@ def job(name: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = config_utils.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=4, help="calls per variant (first: warm-up)")
     parser.add_argument("--jobs", default="grpo,mt_grpo")
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error(f"--rounds={args.rounds}; allowed: >= 2 (the first is a warm-up)")
+    for name in args.jobs.split(","):
+        if name not in ("grpo", "mt_grpo"):
+            parser.error(f"--jobs={name!r} is no job; allowed: ['grpo', 'mt_grpo']")
     mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (jax.device_count(), 1, 1))
     model_cfg = policy_lib.make_config("bench", peer_single.VOCAB)
     print(f"jax {jax.__version__}, {jax.device_count()} devices, load {os.getloadavg()[0]:.2f}")

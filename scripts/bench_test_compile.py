@@ -14,10 +14,12 @@ suite's own flags and the tiny config at each number of layers instead.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl4agents import config_utils  # noqa: E402  (the one-line refusal of bad arguments)
 
 BASE = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
 FLAG_SETS = (
@@ -48,14 +50,14 @@ print(f"{lower:.2f} {comp:.2f}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = config_utils.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="rounds over the flag sets")
     parser.add_argument(
         "--layers", default="", help="comma list of model depths, e.g. 1,2 (the suite's flags)"
     )
     args = parser.parse_args()
     if args.repeats < 1:
-        parser.error(f"--repeats={args.repeats}; must be >= 1")
+        parser.error(f"--repeats={args.repeats}; allowed: >= 1")
     try:
         depths = [int(n) for n in args.layers.split(",")] if args.layers else []
     except ValueError:

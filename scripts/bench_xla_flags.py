@@ -78,6 +78,9 @@ print(" ".join(f"{v:.3f}" for v in out))
 def main() -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     decode = "--decode" in sys.argv[1:]
+    if [a for a in sys.argv[1:] if a != "--decode"]:  # --decode is its one flag
+        print(f"error: unexpected arguments: {sys.argv[1:]}; allowed: --decode", file=sys.stderr)
+        sys.exit(2)
     if decode:
         print(
             "decode-step matmul [16, 256] x [256, 1376], 1 XLA CPU device "

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
+from rl4agents import config_utils  # noqa: E402
 from rl4agents.train import writers  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
@@ -35,13 +36,22 @@ flags.mark_flags_as_required(["workdir", "out", "name"])
 
 
 def main(argv):
-    del argv
-    os.makedirs(_OUT.value, exist_ok=True)
-    prefix = os.path.join(_OUT.value, _NAME.value)
+    if len(argv) > 1:
+        config_utils.fail(f"unexpected arguments: {argv[1:]}")
     metrics = os.path.join(_WORKDIR.value, writers.METRICS_NAME)
     rows = writers.read_metrics(metrics)
     if not rows:
-        raise SystemExit(f"error: --workdir={_WORKDIR.value!r} has no metrics")
+        config_utils.fail(f"--workdir={_WORKDIR.value!r} has no metrics; allowed: a run directory")
+    if not any("eval_test/greedy_success" in r for r in rows):
+        config_utils.fail(
+            f"--workdir={_WORKDIR.value!r} has no evaluation yet; allowed: an evaluated run"
+        )
+    if os.path.exists(_OUT.value) and not os.path.isdir(_OUT.value):
+        config_utils.fail(f"--out={_OUT.value!r} is a file; allowed: a directory (new or existing)")
+    if not _NAME.value:
+        config_utils.fail("--name=''; allowed: a file name prefix, e.g. quickstart")
+    os.makedirs(_OUT.value, exist_ok=True)
+    prefix = os.path.join(_OUT.value, _NAME.value)
     writers.plot_curves(
         metrics, prefix + "_curves.png", _KEYS.value, x="wall_time", title=_NAME.value
     )
@@ -63,4 +73,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=config_utils.parse_plain_flags)

@@ -19,6 +19,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from rl4agents import config_utils  # noqa: E402
 from rl4agents.envs import registry  # noqa: E402
 
 _TASKS = flags.DEFINE_integer("tasks", 64, "Reset keys per environment and split.")
@@ -26,7 +27,10 @@ _SEED = flags.DEFINE_integer("seed", 123, "Seed of the reset keys.")
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        config_utils.fail(f"unexpected arguments: {argv[1:]}")
+    if _TASKS.value < 1:
+        config_utils.fail(f"--tasks={_TASKS.value}; allowed: >= 1")
     for name in registry.names():
         for split in ("train", "test", "ood"):
             env, params = registry.make(name).make_split(split)
@@ -39,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=config_utils.parse_plain_flags)

@@ -28,6 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 from absl import app, flags  # noqa: E402
 
+from rl4agents import config_utils  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENVS = (  # cheapest first (training cost grows with the context length T)
     "frozen_lake",
@@ -169,8 +171,41 @@ def _measure(name: str, num_tasks: int) -> tuple[dict, str]:
     return row, example
 
 
+def _check_flags(argv: list[str]) -> None:
+    """Every flag's value, before anything runs or is written."""
+    if len(argv) > 1:
+        config_utils.fail(f"unexpected arguments: {argv[1:]}")
+    for name in _ENVS.value:
+        if not os.path.isfile(os.path.join(ROOT, "configs", name + ".py")):
+            config_utils.fail(f"--envs={name!r} has no configs/{name}.py; allowed: {list(ENVS)}")
+    if not _ENVS.value:
+        config_utils.fail(f"--envs is empty; allowed: some of {list(ENVS)}")
+    for name in _TRAIN_ENVS.value:
+        if name not in _ENVS.value:
+            config_utils.fail(f"--train_envs={name!r} is not in --envs; allowed: {_ENVS.value}")
+    for flag in (_TASKS, _SFT_STEPS, _RL_STEPS, _EVAL_TASKS):
+        if flag.value < 1:
+            config_utils.fail(f"--{flag.name}={flag.value}; allowed: >= 1")
+    if not _RL_LR.value > 0:
+        config_utils.fail(f"--rl_lr={_RL_LR.value}; allowed: > 0")
+    for flag in (_RL_MINUTES, _RL_ENTROPY):
+        if flag.value < 0:
+            config_utils.fail(f"--{flag.name}={flag.value}; allowed: >= 0")
+    for flag in (_SFT_FLAGS, _RL_FLAGS):
+        for f in flag.value:
+            if not (f.startswith("config.") and "=" in f):
+                config_utils.fail(
+                    f"--{flag.name}={f!r}; allowed: config.KEY=VALUE, comma separated"
+                )
+    for flag, path in ((_OUT, _OUT.value), (_RUNS, os.path.join(ROOT, _RUNS.value))):
+        if os.path.exists(path) and not os.path.isdir(path):
+            config_utils.fail(
+                f"--{flag.name}={flag.value!r} is a file; allowed: a directory (new or existing)"
+            )
+
+
 def main(argv):
-    del argv
+    _check_flags(argv)
     os.makedirs(_OUT.value, exist_ok=True)
     rows, examples = [], []
     for name in _ENVS.value:
@@ -241,4 +276,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=config_utils.parse_plain_flags)

@@ -20,6 +20,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from configs import base  # noqa: E402
 from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
+from rl4agents import config_utils  # noqa: E402
 from rl4agents.train import experiment, loop, writers  # noqa: E402
 
 SPLITS = ("train", "test", "ood")
@@ -31,21 +32,16 @@ _SEED = flags.DEFINE_integer("seed", -1, "Evaluation seed (-1 = the run's train.
 flags.mark_flags_as_required(["workdir"])
 
 
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO
     for split in _SPLIT.value:
         if split not in SPLITS:
-            _fail(f"--split={split!r} is not allowed; allowed: {list(SPLITS)}")
+            config_utils.fail(f"--split={split!r} is not allowed; allowed: {list(SPLITS)}")
     ckpt_dir = os.path.join(_WORKDIR.value, "checkpoints")
     config_path = os.path.join(ckpt_dir, "config.json")
     if not os.path.exists(config_path):
-        _fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
+        config_utils.fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
     with open(config_path) as f:
         stored = json.load(f)
     # The stored config over today's defaults: a run saved before a field existed gets the
@@ -54,7 +50,9 @@ def main(argv):
     config.unlock()
     config.update(stored)
     if _NUM_TASKS.value < 0:
-        _fail(f"--num_tasks={_NUM_TASKS.value}; allowed: >= 1, or 0 (= the run's eval_tasks)")
+        config_utils.fail(
+            f"--num_tasks={_NUM_TASKS.value}; allowed: >= 1, or 0 (= the run's eval_tasks)"
+        )
     if _SEED.value >= 0:
         config.train.eval_seed = _SEED.value
     try:
@@ -64,18 +62,20 @@ def main(argv):
         )
         step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value
         if step is None:
-            _fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
+            config_utils.fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
         if step not in ckpt.all_steps():
-            _fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
+            config_utils.fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
         state = ckpt.restore(step, exp.abstract_state())
     except (ValueError, KeyError) as e:  # the stored config or checkpoint does not build
-        _fail(f"{config_path}: {e}")
+        config_utils.fail(f"{config_path}: {e}")
     num_tasks = _NUM_TASKS.value or config.train.eval_tasks
     rows = []
     try:
         for split in _SPLIT.value:
             if split not in exp.splits:
-                _fail(f"--split={split!r}: this run has no such split; allowed: {list(exp.splits)}")
+                config_utils.fail(
+                    f"--split={split!r}: this run has no such split; allowed: {list(exp.splits)}"
+                )
             ev = loop.evaluate(exp, state.params, split, num_tasks)
             rows.append({"split": split, "tasks": num_tasks, **ev})
     finally:
@@ -97,4 +97,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=config_utils.parse_plain_flags)

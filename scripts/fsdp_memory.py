@@ -33,6 +33,9 @@ MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 8, 1))
 
 
 def main() -> None:
+    if sys.argv[1:]:  # it takes no arguments
+        print(f"error: unexpected arguments: {sys.argv[1:]}", file=sys.stderr)
+        sys.exit(2)
     print(
         "| mesh | turns | XLA temporaries / params per device | estimate's largest phase "
         "| most gate/up rows | one device's share |"

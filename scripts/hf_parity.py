@@ -36,6 +36,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from rl4agents import config_utils  # noqa: E402
 from rl4agents.models import hf  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -178,8 +179,17 @@ def table(results: dict[str, list[dict]], num_new: int) -> str:
     )
 
 
+def _check_out(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
+    """`path` must be a file path whose missing folders can be created."""
+    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(path) or not os.path.isdir(existing):
+        parser.error(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = config_utils.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="random models per architecture")
     parser.add_argument("--batch", type=int, default=4, help="prompts per model")
     parser.add_argument("--prompt-len", type=int, default=16)
@@ -187,6 +197,13 @@ def main() -> None:
     parser.add_argument("--folder", help="measure one local checkpoint folder instead")
     parser.add_argument("--out", help="also write the Markdown report here")
     args = parser.parse_args()
+    for name in ("seeds", "batch", "prompt_len", "new_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}={getattr(args, name)}; allowed: >= 1")
+    if args.folder and not os.path.isfile(os.path.join(args.folder, "config.json")):
+        parser.error(f"--folder={args.folder!r} has no config.json; allowed: a HF checkpoint")
+    if args.out:
+        _check_out(parser, "--out", args.out)
     start = time.time()
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as work:

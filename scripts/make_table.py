@@ -27,6 +27,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl4agents import config_utils  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 from rl4agents.train import writers  # noqa: E402
 
@@ -68,7 +69,10 @@ def load_entries(sweep_dir: str, strip: str = "", only: str | None = None) -> li
     """
     path = os.path.join(sweep_dir, sweep_lib.PLAN_NAME)
     if not os.path.exists(path):
-        raise ValueError(f"{sweep_dir!r} is not a sweep directory: no {sweep_lib.PLAN_NAME}")
+        raise ValueError(
+            f"--sweep={sweep_dir!r} is not a sweep directory (no {sweep_lib.PLAN_NAME}); "
+            "allowed: an --out of scripts/sweep.py"
+        )
     with open(path) as f:
         plan = json.load(f)["runs"]
     labels = sweep_lib.short_labels([tuple(r["variant"]) for r in plan])
@@ -304,8 +308,44 @@ def _series(workdir: str, key: str) -> list[tuple[float, float]]:
     return [(r["step"], r[key]) for r in rows if key in r and "step" in r]
 
 
+def check_keys(entries: list[Entry], metrics: list[tuple[str, str]], curve_keys: list[str]) -> None:
+    """Raises ValueError for a --metric or --curve_key that no complete run has (a typo).
+
+    The defaults are exempt: a sweep may lack one of them (no OOD split, say).
+    """
+    done = [e for e in entries if e.status == "complete"]
+    if not done:
+        return
+    default_metrics = [sweep_lib.parse_metric(m)[0] for m in DEFAULT_METRICS.split(",")]
+    known = {}
+    for e in done:
+        known.update(sweep_lib.flatten(e.summary or {}))
+    for key, _ in metrics:
+        if key not in known and key not in default_metrics:
+            numbers = sorted(
+                k
+                for k, v in known.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            )
+            raise ValueError(
+                f"--metric={key!r} is in no complete run's summary.json; allowed: {numbers}"
+            )
+    todo = [k for k in curve_keys if k not in DEFAULT_CURVES.split(",")]
+    if todo:
+        names = set()
+        for e in done:
+            for row in writers.read_metrics(os.path.join(e.workdir, sweep_lib.METRICS_NAME)):
+                names.update(row)
+        for key in todo:
+            if key not in names:
+                raise ValueError(
+                    f"--curve_key={key!r} is in no complete run's metrics.jsonl; allowed: "
+                    f"{sorted(names - {'step', 'wall_time'})}"
+                )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = config_utils.ArgumentParser(
         description="Tables and curves from a sweep directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -323,17 +363,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    keys = [k for k in args.curve_key.split(",") if k]
     try:
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise ValueError(f"--out={args.out!r} is a file; allowed: a directory")
+        try:
+            re.compile(args.strip)
+        except re.error as e:
+            raise ValueError(
+                f"--strip={args.strip!r}: {e}; allowed: a regular expression"
+            ) from None
         metrics = [sweep_lib.parse_metric(m) for m in args.metric.split(",") if m]
+        if not metrics:
+            raise ValueError(f"--metric={args.metric!r}; allowed: KEY[:max|:min], comma separated")
         entries = load_entries(args.sweep, args.strip, args.only)
+        if not entries and args.only is not None:
+            names = ", ".join(e.name for e in load_entries(args.sweep, args.strip)[:5])
+            raise ValueError(f"--only={args.only!r} matches no run; runs: {names}, ...")
+        check_keys(entries, metrics, keys)
         table = aggregate(entries, metrics)
-    except ValueError as e:
+    except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with open(os.path.join(args.sweep, sweep_lib.PLAN_NAME)) as f:
         title = args.title or json.load(f)["study"]
     os.makedirs(args.out, exist_ok=True)
-    keys = [k for k in args.curve_key.split(",") if k]
     pngs = []
     for env in table.envs:
         png = f"curves_{env}.png"

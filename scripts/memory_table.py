@@ -21,11 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 8 CPU devices for the validation meshes (before JAX starts; an explicit setting wins).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from configs import base  # noqa: E402
-from rl4agents import config_utils, memory, sharding  # noqa: E402
+from rl4agents import config_utils, envs, memory, sharding  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 from rl4agents.train import experiment, writers  # noqa: E402
 
@@ -38,7 +38,12 @@ MESHES = {
     64: [(64, 1, 1), (8, 8, 1), (1, 64, 1)],
 }
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/household.py", "Config file.")
+# The default config is added to the command line by `_parse_flags`: a default here would be
+# loaded, with the command line's overrides, at import, where a bad override raises.
+DEFAULT_CONFIG = "configs/household.py"
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, f"Config file (default {DEFAULT_CONFIG})."
+)
 _OUT = flags.DEFINE_string("out", "experiments/results/scale/memory.md", "Markdown output.")
 _GB = flags.DEFINE_float("device_memory_gb", 80.0, "Memory per device in GiB.")
 _VOCAB = flags.DEFINE_integer("vocab_size", 0, "Vocabulary; 0 = each preset's HF tokenizer.")
@@ -201,23 +206,58 @@ def _fits(nbytes: int, capacity: int) -> str:
     return "yes" if nbytes <= capacity else "no"
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+    """`config_utils.parse_flags`, with `--config` defaulting to DEFAULT_CONFIG."""
+    if not any(a == "--config" or a.startswith("--config=") for a in argv[1:]):
+        argv = [argv[0], f"--config={DEFAULT_CONFIG}", *argv[1:]]
+    return config_utils.parse_flags(argv)
+
+
 def main(argv):
+    logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        config_utils.fail(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
+    if not _GB.value > 0:
+        config_utils.fail(f"--device_memory_gb={_GB.value}; allowed: > 0")
+    if _VOCAB.value < 0:
+        config_utils.fail(
+            f"--vocab_size={_VOCAB.value}; allowed: >= 1, or 0 (= each preset's HF tokenizer)"
+        )
+    preset, _, shape = _DETAIL.value.partition(":")
+    try:
+        sizes = tuple(int(s) for s in shape.split(","))
+    except ValueError:
+        sizes = ()
+    if preset not in PRESETS or len(sizes) != len(config.mesh.axes) or min(sizes) < 1:
+        config_utils.fail(
+            f"--detail={_DETAIL.value!r}; allowed: PRESET:SIZES, PRESET one of {list(PRESETS)} "
+            f"and SIZES >= 1 along {tuple(config.mesh.axes)}, e.g. qwen2_7b:1,8,1"
+        )
+    existing = os.path.dirname(os.path.abspath(_OUT.value))  # the part of its folder that exists
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(_OUT.value) or not os.path.isdir(existing):
+        config_utils.fail(
+            f"--out={_OUT.value!r}; allowed: a file path (its missing folders are created)"
+        )
     capacity = int(_GB.value * memory.GIB)
-    env = memory.make_env(config)
-    rc = memory.rollout_config(config)
-    lay = rollout_lib.make_layout(env, rc)
-    rows = rows_for(config, env, capacity)
+    try:
+        config_utils.check_choice("env.name", config.env.name, envs.registry.names())
+        config_utils.check_choice("env.vocab", config.env.vocab, ("builtin", "minimal"))
+        env = memory.make_env(config)
+        rc = memory.rollout_config(config)
+        lay = rollout_lib.make_layout(env, rc)
+        rows = rows_for(config, env, capacity)
+        detail_cfg = config.copy_and_resolve_references()
+        detail_cfg.model.preset = preset
+        mesh = dict(zip(config.mesh.axes, sizes, strict=True))
+        detail = memory.estimate(
+            detail_cfg, mesh, env=env, vocab_size=_VOCAB.value or PRESETS[preset], capacity=capacity
+        )
+    except (ValueError, KeyError) as e:  # the config does not build
+        config_utils.fail(str(e))
     length = lay.length if config.loss.echo_coef > 0 else lay.length - lay.obs
-    preset, shape = _DETAIL.value.split(":")
-    detail_cfg = config.copy_and_resolve_references()
-    detail_cfg.model.preset = preset
-    mesh = dict(zip(config.mesh.axes, (int(s) for s in shape.split(",")), strict=True))
-    detail = memory.estimate(
-        detail_cfg, mesh, env=env, vocab_size=_VOCAB.value or PRESETS[preset], capacity=capacity
-    )
     validation = _validation_text(validation_rows()) if _VALIDATE.value else "(--novalidate)"
     command = "python scripts/memory_table.py " + " ".join(sys.argv[1:])
     text = f"""# Per-device memory estimates
@@ -280,4 +320,4 @@ that outputs reuse (`compiled.memory_analysis()`):
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=config_utils.parse_flags)
+    app.run(main, flags_parser=_parse_flags)

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from rl4agents import sharding  # noqa: E402
+from rl4agents import config_utils, sharding  # noqa: E402
 from rl4agents.train import experiment  # noqa: E402
 from tests.train.test_train import tiny_config  # noqa: E402
 
@@ -48,10 +48,20 @@ def two_steps(config, shape):
     return jax.device_get(state.params), metrics, per_device / total
 
 
+def _check_out(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
+    """`path` must be a file path whose missing folders can be created."""
+    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(path) or not os.path.isdir(existing):
+        parser.error(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = config_utils.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="experiments/results/scale/equivalence.md")
     args = ap.parse_args()
+    _check_out(ap, "--out", args.out)
     config = tiny_config(
         **{"credit.name": "ppo_gae", "model.value_head": "shared", "train.minibatches": 2}
     )
@@ -84,7 +94,7 @@ def main():
     ]
     for shape, dm, dp, frac in rows:
         lines.append(f"| {shape} | {dm:.2e} | {dp:.2e} | {frac:.3f} |")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

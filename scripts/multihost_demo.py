@@ -20,6 +20,9 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from rl4agents import config_utils  # noqa: E402  (the one-line refusal of bad arguments)
+
 OVERRIDES = (
     "--config.model.preset=tiny",
     "--config.rollout.num_tasks=8",
@@ -64,14 +67,31 @@ def launch(workdir: str, num_processes: int, local_devices: int, config: str):
     return procs, commands
 
 
+def _check_out(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
+    """`path` must be a file path whose missing folders can be created."""
+    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(path) or not os.path.isdir(existing):
+        parser.error(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = config_utils.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="experiments/results/scale/multihost_log.txt")
     parser.add_argument("--workdir", default="", help="run directory (default: a temp dir)")
     parser.add_argument("--config", default="configs/frozen_lake.py")
     parser.add_argument("--num_processes", type=int, default=2)
     parser.add_argument("--local_devices", type=int, default=4)
     args = parser.parse_args()
+    for name in ("num_processes", "local_devices"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}={getattr(args, name)}; allowed: >= 1")
+    if not os.path.isfile(os.path.join(REPO, args.config.partition(":")[0])):
+        parser.error(f"--config={args.config!r}: no such file; allowed: a config file[:arg]")
+    if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+        parser.error(f"--workdir={args.workdir!r} is a file; allowed: a directory")
+    _check_out(parser, "--out", args.out)
     workdir = args.workdir or tempfile.mkdtemp(prefix="multihost_demo_")
     t0 = time.perf_counter()
     procs, commands = launch(workdir, args.num_processes, args.local_devices, args.config)

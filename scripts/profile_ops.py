@@ -38,7 +38,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rl4agents import sharding  # noqa: E402
+from rl4agents import config_utils, sharding  # noqa: E402
 from rl4agents.bench import jobs, peer_lake, peer_single  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
@@ -90,11 +90,16 @@ def op_table(trace_dir: str, calls: int) -> tuple[collections.Counter, collectio
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = config_utils.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument("job", choices=["gen", "rollout", "update"])
     ap.add_argument("--calls", type=int, default=3, help="profiled calls")
     ap.add_argument("--top", type=int, default=12, help="rows per table")
     args = ap.parse_args(argv)
+    for name in ("calls", "top"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name}={getattr(args, name)}; allowed: >= 1")
     fn, fn_args = update_job() if args.job == "update" else rollout_job(args.job)
     for _ in range(2):
         jax.block_until_ready(fn(*fn_args))

@@ -17,7 +17,7 @@ import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX start
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from rl4agents import config_utils  # noqa: E402
@@ -62,8 +62,19 @@ def random_policy_stats(env, env_params, num_turns: int, episodes: int, seed: in
 
 
 def main(argv):
-    del argv
-    exp = experiment.build(_CONFIG.value)
+    logging.set_verbosity(logging.WARNING)
+    if len(argv) > 1:
+        config_utils.fail(f"unexpected arguments: {argv[1:]}")
+    if _EPISODES.value < 1:
+        config_utils.fail(f"--episodes={_EPISODES.value}; allowed: >= 1")
+    if _JSON.value and (
+        os.path.isdir(_JSON.value) or not os.path.isdir(os.path.dirname(_JSON.value) or ".")
+    ):
+        config_utils.fail(f"--json={_JSON.value!r}; allowed: a file path in an existing directory")
+    try:
+        exp = experiment.build(_CONFIG.value)
+    except (ValueError, KeyError) as e:
+        config_utils.fail(str(e))
     env, params = exp.env.make_split(_SPLIT.value)
     stats = random_policy_stats(
         env, params, _CONFIG.value.rollout.max_turns, _EPISODES.value, _SEED.value

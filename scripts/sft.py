@@ -44,6 +44,8 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     for field in ("num_demos", "steps", "batch_size"):
         if c[field] < 1:
             raise ValueError(f"sft.{field}={c[field]}; allowed: >= 1")
+    if not c.lr > 0:
+        raise ValueError(f"sft.lr={c.lr}; allowed: > 0")
     exp = experiment.build(config)
     root = jax.random.fold_in(exp.root_key(), 7)  # SFT's own stream, apart from RL's
     t0 = time.perf_counter()
@@ -125,12 +127,15 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
 def main(argv):
     logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        config_utils.fail(f"unexpected arguments: {argv[1:]}")
+    if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
+        config_utils.fail(
+            f"--workdir={_WORKDIR.value!r} is a file; allowed: a directory (new or existing)"
+        )
     try:
         run(_CONFIG.value, _WORKDIR.value)
     except (ValueError, KeyError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        config_utils.fail(str(e))
 
 
 if __name__ == "__main__":

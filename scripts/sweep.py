@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ml_collections  # noqa: E402
 import tqdm  # noqa: E402
 
+from rl4agents import config_utils  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 
 TRAIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
@@ -58,7 +59,7 @@ class Job:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = config_utils.ArgumentParser(
         description="Run a study's sweep with local worker subprocesses.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -74,6 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers={args.workers}; allowed: >= 1")
+    if args.grace_s < 0:
+        p.error(f"--grace_s={args.grace_s}; allowed: >= 0")
+    if not os.path.isfile(args.train_script):
+        p.error(f"--train_script={args.train_script!r} does not exist; allowed: a file")
+    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out={args.out!r} is a file; allowed: a directory (new or a sweep's)")
     return args
 
 
@@ -294,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     changed = changed_configs(jobs)
     if changed:
         print(
-            "error: these runs were started with a different config (delete their directories "
-            "or pick another --out):\n  " + "\n  ".join(changed),
+            f"error: --out={out!r}: these runs were started with a different config (delete "
+            "their directories or pick another --out): " + " | ".join(changed),
             file=sys.stderr,
         )
         return 2

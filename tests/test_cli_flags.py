@@ -1,0 +1,99 @@
+"""The scripts refuse a bad command-line input at start-up: one line `error: ...` on stderr,
+exit status 2, no traceback, and nothing written.
+
+Each case fails before any compilation (each subprocess pays only the imports), so the whole
+file takes seconds. `{tmp}` in a flag is the test's temporary directory, which holds `afile`
+(an existing file) and `sweep/` (a one-run sweep directory as scripts/sweep.py leaves it).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FL = "--config=configs/frozen_lake.py"
+
+# (script, flags, a substring of the error line)
+CASES = [
+    ("random_baseline", [FL, "--episodes=0"], "--episodes=0; allowed: >= 1"),
+    ("random_baseline", ["--config=configs/nope.py"], "no config file 'configs/nope.py'"),
+    # FILE:ARG is a config file with an argument (the check stops at the episodes, not here)
+    (
+        "random_baseline",
+        ["--config=configs/ablation.py:sokoban6,grpo", "--episodes=0"],
+        "--episodes=0; allowed: >= 1",
+    ),
+    ("train", ["--config=configs/nope.py:x", "--workdir={tmp}/w"], "no config file"),
+    ("train", [FL, "--workdir={tmp}/w", "--config.train.num_steps=abc"], "num_steps"),
+    ("train", [FL], "--workdir"),
+    ("eval", ["--workdir={tmp}/w", "--num_tasks=abc"], "num_tasks"),
+    ("random_baseline", [FL, "--split=dev"], "--split=dev: value should be one of"),
+    ("sft", [FL, "--workdir={tmp}/afile"], "--workdir='{tmp}/afile' is a file"),
+    ("sft", [FL, "--workdir={tmp}/w", "--config.sft.lr=-1"], "sft.lr=-1.0; allowed: > 0"),
+    ("sft", [FL, "--workdir={tmp}/w", "--config.sft.keep=some"], "sft.keep='some' is not allowed"),
+    (
+        "memory_table",
+        ["--out={tmp}/m.md", "--config.env.household.bogus=1"],
+        "unknown config key 'env.household.bogus'",
+    ),
+    ("memory_table", ["--out={tmp}/m.md", "--detail=qwen2_7b:1,8"], "--detail='qwen2_7b:1,8'"),
+    ("env_table", ["--out={tmp}/e", "--envs=maze,nope"], "--envs='nope' has no configs/nope.py"),
+    (
+        "sweep",
+        ["experiments/example_sweep.py", "--out={tmp}/s", "--workers=0"],
+        "--workers=0; allowed: >= 1",
+    ),
+    ("sweep", ["experiments/example_sweep.py", "--out={tmp}/afile"], "is a file"),
+    ("make_table", ["--sweep={tmp}/none", "--out={tmp}/t"], "is not a sweep directory"),
+    (
+        "make_table",
+        ["--sweep={tmp}/sweep", "--out={tmp}/t", "--metric=eval_test.greedy_succes"],
+        "--metric='eval_test.greedy_succes' is in no complete run's summary.json",
+    ),
+    ("bench", ["--meshes=8x1", "--json={tmp}/b.json"], "--meshes='8x1'; allowed:"),
+    ("collect_run", ["--workdir={tmp}/none", "--out={tmp}/c", "--name=x"], "has no metrics"),
+]
+
+
+def _make_sweep(root):
+    run = root / "run0"
+    run.mkdir(parents=True)
+    summary = {"finished": True, "steps": 4, "wall_s": 1.0, "eval_test": {"greedy_success": 0.5}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    plan = [{"name": "run/seed=0", "dir": "run0", "variant": [], "env": "fl", "seed": 0}]
+    (root / "sweep.json").write_text(json.dumps({"study": "demo", "runs": plan}))
+
+
+def _files(root):
+    return {
+        os.path.relpath(os.path.join(d, n), root): os.stat(os.path.join(d, n)).st_mtime_ns
+        for d, dirs, names in os.walk(root)
+        for n in dirs + names
+    }
+
+
+@pytest.mark.parametrize(
+    "script,flags,message", CASES, ids=[f"{s}:{' '.join(f)}" for s, f, _ in CASES]
+)
+def test_bad_flag__one_line_exit_2_nothing_written(tmp_path, script, flags, message):
+    (tmp_path / "afile").write_text("keep me\n")
+    _make_sweep(tmp_path / "sweep")
+    before = _files(tmp_path)
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    out = subprocess.run(
+        [sys.executable, f"scripts/{script}.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], lines
+    assert _files(tmp_path) == before
+    assert (tmp_path / "afile").read_text() == "keep me\n"
