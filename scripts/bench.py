@@ -656,11 +656,7 @@ def _check_args(ap: argparse.ArgumentParser, args) -> tuple:
         if int(np.prod([int(x) for x in sizes])) > jax.device_count():
             fail(f"--meshes={shape!r} needs more than the {jax.device_count()} devices here")
     if args.json:
-        existing = os.path.dirname(os.path.abspath(args.json))  # the part of it that exists
-        while not os.path.exists(existing):
-            existing = os.path.dirname(existing)
-        if os.path.isdir(args.json) or not os.path.isdir(existing):
-            fail(f"--json={args.json!r}; allowed: a file path (its missing folders are created)")
+        config_utils.check_output_file("--json", args.json)
     if args.vs_peers:
         return None, None
     path = args.config.partition(":")[0]

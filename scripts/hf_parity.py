@@ -22,7 +22,6 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-import argparse  # noqa: E402
 import functools  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
@@ -179,15 +178,6 @@ def table(results: dict[str, list[dict]], num_new: int) -> str:
     )
 
 
-def _check_out(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
-    """`path` must be a file path whose missing folders can be created."""
-    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if os.path.isdir(path) or not os.path.isdir(existing):
-        parser.error(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
-
-
 def main() -> None:
     parser = config_utils.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="random models per architecture")
@@ -203,7 +193,7 @@ def main() -> None:
     if args.folder and not os.path.isfile(os.path.join(args.folder, "config.json")):
         parser.error(f"--folder={args.folder!r} has no config.json; allowed: a HF checkpoint")
     if args.out:
-        _check_out(parser, "--out", args.out)
+        config_utils.check_output_file("--out", args.out)
     start = time.time()
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as work:

@@ -12,7 +12,6 @@ the parameters each device holds.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -48,20 +47,11 @@ def two_steps(config, shape):
     return jax.device_get(state.params), metrics, per_device / total
 
 
-def _check_out(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
-    """`path` must be a file path whose missing folders can be created."""
-    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if os.path.isdir(path) or not os.path.isdir(existing):
-        parser.error(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
-
-
 def main():
     ap = config_utils.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="experiments/results/scale/equivalence.md")
     args = ap.parse_args()
-    _check_out(ap, "--out", args.out)
+    config_utils.check_output_file("--out", args.out)
     config = tiny_config(
         **{"credit.name": "ppo_gae", "model.value_head": "shared", "train.minibatches": 2}
     )

@@ -11,7 +11,6 @@ from process 0), and what the shared workdir holds afterwards.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import subprocess
@@ -67,15 +66,6 @@ def launch(workdir: str, num_processes: int, local_devices: int, config: str):
     return procs, commands
 
 
-def _check_out(parser: argparse.ArgumentParser, flag: str, path: str) -> None:
-    """`path` must be a file path whose missing folders can be created."""
-    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if os.path.isdir(path) or not os.path.isdir(existing):
-        parser.error(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
-
-
 def main() -> None:
     parser = config_utils.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="experiments/results/scale/multihost_log.txt")
@@ -91,7 +81,7 @@ def main() -> None:
         parser.error(f"--config={args.config!r}: no such file; allowed: a config file[:arg]")
     if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
         parser.error(f"--workdir={args.workdir!r} is a file; allowed: a directory")
-    _check_out(parser, "--out", args.out)
+    config_utils.check_output_file("--out", args.out)
     workdir = args.workdir or tempfile.mkdtemp(prefix="multihost_demo_")
     t0 = time.perf_counter()
     procs, commands = launch(workdir, args.num_processes, args.local_devices, args.config)

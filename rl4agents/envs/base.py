@@ -66,6 +66,25 @@ def empty_timestep(obs_len: int, anchor: jax.Array, pad_id: int) -> TimeStep:
     )
 
 
+def check_test_fraction(test_fraction: float) -> None:
+    """Raises ValueError unless both splits get tasks: tasks hash into 1000 classes and the
+    first `round(1000 * test_fraction)` are the test split (`in_split_class`)."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if not 1 <= round(test_fraction * 1000) <= 999:
+        raise ValueError(
+            "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
+            f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
+        )
+
+
+def check_nonnegative(name: str, value: float, note: str = "") -> None:
+    """Raises ValueError "{name} must be >= 0{note}, got {value}" unless `value >= 0` (NaN
+    fails). `note` says why, e.g. " (it is subtracted)"."""
+    if not value >= 0.0:
+        raise ValueError(f"{name} must be >= 0{note}, got {value}")
+
+
 def in_split_class(task_hash: jax.Array, test_threshold: int, split: jax.Array) -> jax.Array:
     """bool[]: a task of this hash belongs to `split` (0 train, 1 test, 2 OOD).
 

@@ -273,23 +273,12 @@ class Countdown:
                 f"ood_min_target must be in [0, ood_max_value={ood_max_value}], got {ood_min} "
                 "(None means max_value + 1)"
             )
-        if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if not 1 <= round(test_fraction * 1000) <= 999:
-            raise ValueError(
-                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
-                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
-            )
+        base.check_test_fraction(test_fraction)
         if num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        if not progress_reward >= 0.0:
-            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
-        if not invalid_penalty >= 0.0:
-            raise ValueError(
-                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
-            )
-        if not goal_reward >= 0.0:
-            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
+        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
+        base.check_nonnegative("goal_reward", goal_reward)
         self._kwargs = dict(
             num_numbers=num_numbers,
             max_start=max_start,

@@ -218,27 +218,15 @@ class Maze:
             )
         if algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm {algorithm!r} is not allowed; allowed: {list(ALGORITHMS)}")
-        if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if not 1 <= round(test_fraction * 1000) <= 999:
-            raise ValueError(
-                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
-                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
-            )
+        base.check_test_fraction(test_fraction)
         if ood_size < 2:
             raise ValueError(f"ood_size must be >= 2, got {ood_size}")
         if num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        if not goal_reward >= 0.0:
-            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
-        if not invalid_penalty >= 0.0:
-            raise ValueError(
-                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
-            )
-        if not progress_reward >= 0.0:
-            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
-        if not explore_reward >= 0.0:
-            raise ValueError(f"explore_reward must be >= 0 (0 = off), got {explore_reward}")
+        base.check_nonnegative("goal_reward", goal_reward)
+        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
+        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
+        base.check_nonnegative("explore_reward", explore_reward, " (0 = off)")
         self._kwargs = dict(
             size=size,
             view_radius=view_radius,

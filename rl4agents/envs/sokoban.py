@@ -191,13 +191,7 @@ class Sokoban:
             raise ValueError(f"size must be >= 5 (a 3x3 interior at least), got {size}")
         if not 1 <= num_boxes <= size - 2:
             raise ValueError(f"num_boxes must be in [1, {size - 2}], got {num_boxes}")
-        if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if not 1 <= round(test_fraction * 1000) <= 999:
-            raise ValueError(
-                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
-                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
-            )
+        base.check_test_fraction(test_fraction)
         if reverse_steps is not None and reverse_steps < 1:
             raise ValueError(
                 f"reverse_steps must be >= 1 (None = the default), got {reverse_steps}"
@@ -209,16 +203,10 @@ class Sokoban:
                 f"min_box_distance must be >= 1 (0 allows solved rooms; None = 2 * num_boxes), "
                 f"got {min_box_distance}"
             )
-        if not step_penalty >= 0.0:
-            raise ValueError(f"step_penalty must be >= 0 (it is subtracted), got {step_penalty}")
-        if not box_reward >= 0.0:
-            raise ValueError(f"box_reward must be >= 0, got {box_reward}")
-        if not finish_reward >= 0.0:
-            raise ValueError(f"finish_reward must be >= 0, got {finish_reward}")
-        if not invalid_penalty >= 0.0:
-            raise ValueError(
-                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
-            )
+        base.check_nonnegative("step_penalty", step_penalty, " (it is subtracted)")
+        base.check_nonnegative("box_reward", box_reward)
+        base.check_nonnegative("finish_reward", finish_reward)
+        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
         if ood_size < 5:
             raise ValueError(f"ood_size must be >= 5 (a 3x3 interior at least), got {ood_size}")
         if not 1 <= ood_num_boxes <= ood_size - 2:

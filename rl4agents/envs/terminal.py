@@ -302,21 +302,10 @@ class Terminal:
                 f"min_key_depth must be <= ood_depth={ood_depth} (the ood trees), "
                 f"got {min_key_depth}"
             )
-        if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if not 1 <= round(test_fraction * 1000) <= 999:
-            raise ValueError(
-                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
-                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
-            )
-        if not progress_reward >= 0.0:
-            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
-        if not invalid_penalty >= 0.0:
-            raise ValueError(
-                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
-            )
-        if not goal_reward >= 0.0:
-            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
+        base.check_test_fraction(test_fraction)
+        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
+        base.check_nonnegative("goal_reward", goal_reward)
         need = max(width + files_per_dir, ood_width + files_per_dir, lines_per_file)
         if max_output_lines < need:
             raise ValueError(

@@ -315,23 +315,11 @@ class Wordle:
             raise ValueError(f"max_guesses must be >= 3, got {max_guesses}")
         if ood_max_guesses < 3:
             raise ValueError(f"ood_max_guesses must be >= 3, got {ood_max_guesses}")
-        if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if not 1 <= round(test_fraction * 1000) <= 999:
-            raise ValueError(
-                "test_fraction must leave each class at least 1/1000 of the tasks (tasks hash "
-                f"into 1000 classes: round(test_fraction * 1000) in [1, 999]), got {test_fraction}"
-            )
-        if not goal_reward >= 0.0:
-            raise ValueError(f"goal_reward must be >= 0, got {goal_reward}")
-        if not turns_left_bonus >= 0.0:
-            raise ValueError(f"turns_left_bonus must be >= 0 (0 = off), got {turns_left_bonus}")
-        if not progress_reward >= 0.0:
-            raise ValueError(f"progress_reward must be >= 0 (0 = off), got {progress_reward}")
-        if not invalid_penalty >= 0.0:
-            raise ValueError(
-                f"invalid_penalty must be >= 0 (it is subtracted), got {invalid_penalty}"
-            )
+        base.check_test_fraction(test_fraction)
+        base.check_nonnegative("goal_reward", goal_reward)
+        base.check_nonnegative("turns_left_bonus", turns_left_bonus, " (0 = off)")
+        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
         # The split's classes, over this module's word list (cached per threshold).
         is_test = heldout_mask(WORDS, int(round(test_fraction * 1000)))
         if is_test.all() or not is_test.any():
