@@ -63,27 +63,39 @@ def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k3") -> jax.Ar
     return backward - jax.lax.stop_gradient(backward) + jax.lax.stop_gradient(forward)
 
 
-def sequence_mean_kl(kl: jax.Array, mask: jax.Array) -> jax.Array:
-    """The batch's KL as the adaptive controller reads it (verl `apply_kl_penalty`).
+def sequence_mean_kl(
+    kl: jax.Array, mask: jax.Array, skip_empty: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """The batch's KL as the adaptive controller reads it (verl `apply_kl_penalty`), and the
+    number of rows it averages (the controller's `n_steps`).
 
-    The masked mean of each row, then the plain mean over rows; a row without action tokens
-    counts as 0 (verl's `masked_mean` divides by `mask.sum() + 1e-8`).
+    The masked mean of each row, then the plain mean over rows. By default every row counts
+    and a row without action tokens counts as 0 (verl's `masked_mean` divides by
+    `mask.sum() + 1e-8`). With `skip_empty`, rows without action tokens are left out of the
+    mean and the count: step rows (context="window") of turns after an episode ended, which
+    verl-agent's batch never holds.
 
     Args:
       kl: f32[B, T] per-token KL.
       mask: bool[B, T] action tokens.
+      skip_empty: leave out rows without action tokens.
 
     Returns:
-      f32[] the current KL.
+      (f32[] the current KL, f32[] the number of rows averaged).
     """
     chex.assert_equal_shape([kl, mask])
     m = mask.astype(jnp.float32)
-    per_row = jnp.sum(jnp.where(mask, kl, 0.0), axis=-1) / (jnp.sum(m, axis=-1) + 1e-8)
-    return jnp.mean(per_row)
+    tokens = jnp.sum(m, axis=-1)
+    per_row = jnp.sum(jnp.where(mask, kl, 0.0), axis=-1) / (tokens + 1e-8)
+    if not skip_empty:
+        return jnp.mean(per_row), jnp.asarray(kl.shape[0], jnp.float32)
+    rows = (tokens > 0).astype(jnp.float32)
+    n = jnp.sum(rows)
+    return jnp.sum(per_row * rows) / jnp.maximum(n, 1.0), n
 
 
 def adaptive_kl_coef(
-    coef: jax.Array, current_kl: jax.Array, target: float, n_steps: int, horizon: float
+    coef: jax.Array, current_kl: jax.Array, target: float, n_steps, horizon: float
 ) -> jax.Array:
     """One update of the adaptive KL coefficient (Ziegler et al. 2019; verl `AdaptiveKLController`).
 
@@ -95,7 +107,7 @@ def adaptive_kl_coef(
       coef: f32[] the current beta.
       current_kl: f32[] the batch's KL (`sequence_mean_kl`).
       target: the KL to hold (verl `target_kl`, 0.1).
-      n_steps: sequences in the batch (verl passes the batch size).
+      n_steps: sequences in the batch (verl passes the batch size); int or f32[].
       horizon: verl `horizon`, 10000.
 
     Returns:

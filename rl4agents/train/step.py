@@ -446,8 +446,11 @@ def prepare_batch(
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_reward_estimator)
             beta = state.kl_coef if lc.kl_ctrl == "adaptive" else lc.kl_coef
             traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, beta * kl, 0.0)))
+            # Step rows of finished episodes hold no action tokens: left out (context="window").
+            kl_now, kl_rows = regularizers.sequence_mean_kl(kl, mask, skip_empty=rows is not None)
             kl_metrics = {
-                "kl_reward": regularizers.sequence_mean_kl(kl, mask),
+                "kl_reward": kl_now,
+                "kl_rows": kl_rows,
                 "kl_coef": jnp.asarray(beta, jnp.float32),
             }
     out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))
@@ -582,7 +585,11 @@ def update(
     if lc.kl_ctrl == "adaptive":  # after this batch's rewards used the old beta, as verl
         new_state = new_state.replace(
             kl_coef=regularizers.adaptive_kl_coef(
-                state.kl_coef, adv_metrics["kl_reward"], lc.kl_target, b, lc.kl_horizon
+                state.kl_coef,
+                adv_metrics["kl_reward"],
+                lc.kl_target,
+                adv_metrics["kl_rows"],
+                lc.kl_horizon,
             )
         )
     return new_state, metrics
