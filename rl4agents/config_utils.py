@@ -89,6 +89,17 @@ def parse_plain_flags(argv: list[str]) -> list[str]:
         fail(_flags_error_line(e))
 
 
+def _config_spec(argv: list[str], flag: str) -> str | None:
+    """The FILE[:ARG] of `--flag=FILE[:ARG]` or `--flag FILE[:ARG]` (the last one given)."""
+    spec = None
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg.startswith(f"--{flag}="):
+            spec = arg.split("=", 1)[1]
+        elif arg == f"--{flag}" and i + 1 < len(argv):
+            spec = argv[i + 1]
+    return spec
+
+
 def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
     """absl flag parsing for a script with a config flag: `app.run(main,
     flags_parser=parse_flags)`.
@@ -108,7 +119,7 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
     Returns:
       The arguments absl leaves for `main`.
     """
-    spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{flag}=")), None)
+    spec = _config_spec(argv, flag)
     if spec is not None:
         path = spec.split(":", 1)[0]
         if not os.path.isfile(path):
@@ -129,7 +140,7 @@ def _unknown_override(argv: list[str], flag: str) -> str | None:
     config (loaded and matched as `scripts/sweep.py` does), or None if none is found."""
     from rl4agents import sweep  # its config loader and key suggestions; imports this module
 
-    spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{flag}=")), None)
+    spec = _config_spec(argv, flag)
     try:
         leaves = sweep.flatten(sweep.load_config(spec))
     except Exception:  # no spec, or a file that does not load: absl's own message stands

@@ -20,6 +20,12 @@ FL = "--config=configs/frozen_lake.py"
 CASES = [
     ("random_baseline", [FL, "--episodes=0"], "--episodes=0; allowed: >= 1"),
     ("random_baseline", ["--config=configs/nope.py"], "no config file 'configs/nope.py'"),
+    ("random_baseline", ["--config", "configs/nope.py"], "no config file 'configs/nope.py'"),
+    (
+        "train",
+        ["--config", "configs/frozen_lake.py", "--workdir={tmp}/w", "--config.train.nope=1"],
+        "unknown config key 'train.nope'",
+    ),
     # FILE:ARG is a config file with an argument (the check stops at the episodes, not here)
     (
         "random_baseline",
