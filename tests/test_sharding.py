@@ -11,6 +11,7 @@ import re
 import jax
 import numpy as np
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import PartitionSpec as P
 
 from rl4agents import checkpoint, sharding
@@ -30,10 +31,17 @@ def _no_persistent_cache():
     train step, loaded back from the persistent compilation cache (tests/conftest.py), hangs
     in its first all-reduce until XLA aborts the process ("Termination timeout ... Expected 8
     threads to join the rendezvous"); compiled afresh it passes. Reproduce: run
-    `pytest -m slow tests/test_sharding.py -k shape0` twice with a warm cache."""
+    `pytest -m slow tests/test_sharding.py -k shape0` twice with a warm cache.
+
+    JAX decides once per process whether the cache is used (at its first compile), so the
+    flag alone changes nothing once an earlier test module has compiled in this worker:
+    `reset_cache` makes it decide again, here and on the way out."""
+    enabled = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
     yield
-    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    compilation_cache.reset_cache()
 
 
 def mesh(shape):
