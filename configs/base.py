@@ -90,7 +90,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.kl_horizon = 10000.0
     c.loss.entropy_coef = 0.0
     c.loss.value_coef = 0.5
-    c.loss.value_clip = 0.5
+    c.loss.value_clip = 0.5  # PPO value clipping around the rollout's values (None = off)
     c.loss.echo_coef = 0.0  # ECHO lambda: cross-entropy on environment-observation tokens
     c.loss.tis_cap = 0.0  # truncated importance sampling cap C >= 1 (0 = off)
     c.loss.tis_mode = "token"  # "token" | "sequence"

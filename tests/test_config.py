@@ -65,6 +65,8 @@ def test_build__bad_config_names_field_and_allowed(overrides, pattern):
         ({"optim.lr": float("nan")}, r"optim.lr=nan; allowed: > 0"),
         ({"rollout.top_p": 0.0}, r"rollout.top_p=0.0; allowed: in \(0, 1\]"),
         ({"model.d_model": -1}, r"model.d_model=-1; allowed: >= 0 \(0 = the preset's\)"),
+        # 0 would hold the critic at V_old (no gradient once V moves); None is "off".
+        ({"loss.value_clip": 0.0}, r"loss.value_clip=0.0; allowed: > 0 or None \(None = no"),
         # A variant's values, checked by tracing its function at start-up (credit.validate):
         ({"credit.grpo.eps": -1.0}, r"credit.grpo: eps=-1.0; allowed: > 0"),
         ({"credit.grpo.stats_over": "turns"}, r"credit.grpo: unknown stats_over 'turns'"),
@@ -114,6 +116,18 @@ def test_credit_validate__refuses_out_of_range_values(name, hparams, pattern):
 def test_loss_validate__refuses_out_of_range_values(name, hparams, pattern):
     with pytest.raises(ValueError, match=pattern):
         losses.validate(name, hparams)
+
+
+def test_build__value_clip_none_turns_value_clipping_off():
+    import jax
+
+    exp = experiment.build(
+        _cfg(**{"credit.name": "ppo_gae", "model.value_head": "shared", "loss.value_clip": None})
+    )
+    assert exp.step_cfg.loss.value_clip is None
+    # The train step traces with the unclipped value loss.
+    _, metrics = jax.eval_shape(exp.train_step, exp.abstract_state(), exp.root_key())
+    assert "value_loss" in metrics
 
 
 def test_validate__every_variant_accepts_its_reference_defaults():

@@ -309,7 +309,8 @@ _RANGES: dict[str, dict[str, Any]] = {
     "rollout.top_p": dict(low=0, high=1, low_open=True),
     "rollout.max_context_len": dict(low=0, note="(0 = fit all K turns)"),
     "loss.value_coef": dict(low=0),
-    "loss.value_clip": dict(low=0),
+    # 0 would clip V to V_old: the critic could not learn. None turns the clipping off.
+    "loss.value_clip": dict(low=0, low_open=True, allow_none=True, note="(None = no clipping)"),
     "loss.kl_target": dict(low=0, low_open=True),
     "loss.kl_horizon": dict(low=0, low_open=True),
     "shaping.overlong_factor": dict(low=0),

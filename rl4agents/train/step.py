@@ -39,7 +39,7 @@ class LossConfig:
     kl_target: float = 0.1  # verl `kl_ctrl.target_kl`
     kl_horizon: float = 10000.0  # verl `kl_ctrl.horizon`
     value_coef: float = 0.5
-    value_clip: float = 0.5
+    value_clip: float | None = 0.5  # PPO value clipping around V_old (None = off)
     echo_coef: float = 0.0  # ECHO: cross-entropy on environment-observation tokens
     tis_cap: float = 0.0  # truncated importance sampling cap (0 = off)
     tis_mode: str = "token"
