@@ -63,32 +63,26 @@ def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k3") -> jax.Ar
     return backward - jax.lax.stop_gradient(backward) + jax.lax.stop_gradient(forward)
 
 
-def sequence_mean_kl(
-    kl: jax.Array, mask: jax.Array, skip_empty: bool = False
-) -> tuple[jax.Array, jax.Array]:
+def sequence_mean_kl(kl: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The batch's KL as the adaptive controller reads it (verl `apply_kl_penalty`), and the
     number of rows it averages (the controller's `n_steps`).
 
-    The masked mean of each row, then the plain mean over rows. By default every row counts
-    and a row without action tokens counts as 0 (verl's `masked_mean` divides by
-    `mask.sum() + 1e-8`). With `skip_empty`, rows without action tokens are left out of the
-    mean and the count: step rows (context="window") of turns after an episode ended, which
-    verl-agent's batch never holds.
+    The masked mean of each row, then the plain mean over the rows that hold action tokens.
+    A verl batch has no other rows (every response has a token); ours can: slots dynamic
+    sampling left unfilled, host episodes whose reset failed, and step rows
+    (context="window") of turns after an episode ended. Counted as KL 0, they would lower
+    the KL the controller reads and raise its `n_steps`.
 
     Args:
       kl: f32[B, T] per-token KL.
       mask: bool[B, T] action tokens.
-      skip_empty: leave out rows without action tokens.
 
     Returns:
       (f32[] the current KL, f32[] the number of rows averaged).
     """
     chex.assert_equal_shape([kl, mask])
-    m = mask.astype(jnp.float32)
-    tokens = jnp.sum(m, axis=-1)
-    per_row = jnp.sum(jnp.where(mask, kl, 0.0), axis=-1) / (tokens + 1e-8)
-    if not skip_empty:
-        return jnp.mean(per_row), jnp.asarray(kl.shape[0], jnp.float32)
+    tokens = jnp.sum(mask.astype(jnp.float32), axis=-1)
+    per_row = jnp.sum(jnp.where(mask, kl, 0.0), axis=-1) / jnp.maximum(tokens, 1.0)
     rows = (tokens > 0).astype(jnp.float32)
     n = jnp.sum(rows)
     return jnp.sum(per_row * rows) / jnp.maximum(n, 1.0), n

@@ -446,8 +446,8 @@ def prepare_batch(
             kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_reward_estimator)
             beta = state.kl_coef if lc.kl_ctrl == "adaptive" else lc.kl_coef
             traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, beta * kl, 0.0)))
-            # Step rows of finished episodes hold no action tokens: left out (context="window").
-            kl_now, kl_rows = regularizers.sequence_mean_kl(kl, mask, skip_empty=rows is not None)
+            # Rows without action tokens (unfilled or finished) are left out of the KL and n.
+            kl_now, kl_rows = regularizers.sequence_mean_kl(kl, mask)
             kl_metrics = {
                 "kl_reward": kl_now,
                 "kl_rows": kl_rows,

@@ -596,12 +596,13 @@ def test_adaptive_kl__beta_follows_verls_rule_from_the_batch_kl():
     upd = jax.jit(lambda state, traj, key: step_lib.update(state, traj, key, cfg))
     state1, m1 = upd(state0, traj, key)
     # The batch KL, recomputed here: k1 = logp_behavior - logp_ref per action token, the mean
-    # of each row, then of the rows (a row without action tokens counts 0).
+    # of each row, then of the rows (each of these rows holds action tokens).
     batch, _ = prepare_fn(cfg)(state0, traj)
     mask = np.asarray(batch.action_mask)
     logp_ref = np.asarray(score_logp(state0.ref_params, batch.tokens, batch.valid_mask))
     k1 = np.where(mask, np.asarray(batch.logp_old) - logp_ref, 0.0)
     rows = k1.sum(-1) / (mask.sum(-1) + 1e-8)
+    assert mask.any(-1).all()
     kl = rows.mean()
     np.testing.assert_allclose(float(m1["kl_reward"]), kl, rtol=1e-4, atol=1e-7)
     # beta <- beta * (1 + clip(KL / target - 1, -0.2, 0.2) * n / horizon), n = 8 episodes.
@@ -621,6 +622,32 @@ def test_adaptive_kl__beta_follows_verls_rule_from_the_batch_kl():
     # The next step's penalty uses the updated beta.
     _, m2 = upd(state1, traj, key)
     assert float(m2["kl_coef"]) == float(state1.kl_coef)
+
+
+def test_adaptive_kl__slots_dynamic_sampling_left_empty_are_not_counted():
+    """Dynamic sampling with one generation batch fills some groups' slots only; the empty
+    episodes there hold no action tokens, and the controller reads the filled ones alone."""
+    beta0, target, horizon = 0.05, 0.01, 100.0
+    exp = build(
+        **{
+            "loss.kl_coef": beta0,
+            "loss.kl_in_reward": True,
+            "loss.kl_ctrl": "adaptive",
+            "loss.kl_target": target,
+            "loss.kl_horizon": horizon,
+            "sampling.dynamic": True,
+            "sampling.max_gen_batches": 1,
+        }
+    )
+    state = exp.init_state(jax.random.key(0))
+    batch = exp.config.rollout.num_tasks * exp.config.rollout.group_size
+    state1, m = exp.train_step(state, exp.root_key())
+    filled = float(m["ds/filled_frac"])
+    assert 0 < filled < 1, filled  # this seed leaves slots empty
+    assert float(m["kl_rows"]) == filled * batch
+    error = np.clip(float(m["kl_reward"]) / target - 1.0, -0.2, 0.2)
+    expected = beta0 * (1.0 + error * filled * batch / horizon)
+    np.testing.assert_allclose(float(state1.kl_coef), expected, rtol=1e-5)
 
 
 def test_adaptive_kl__beta_is_in_the_state_and_resumes_exactly(tmp_path):
