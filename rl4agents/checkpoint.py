@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -88,6 +89,9 @@ class Checkpointer:
       compat_keys: dotted config fields ("model.d_model", "env.name") that must match the
         config already stored in `directory`, if any; a mismatch raises `ValueError` before
         anything is written.
+      compat_defaults: for compat keys added after a run was saved, the value its stored
+        config is taken to have (the one that keeps the behaviour it ran with), so that the
+        run still resumes and evaluates: {"loss.kl_ctrl": "fixed"}.
     """
 
     def __init__(
@@ -97,9 +101,11 @@ class Checkpointer:
         max_to_keep: int = 3,
         config_json: str,
         compat_keys: tuple[str, ...],
+        compat_defaults: Mapping[str, Any] | None = None,
     ):
         self.directory = os.path.abspath(os.fspath(directory))
         self.compat_keys = tuple(compat_keys)
+        self.compat_defaults = dict(compat_defaults or {})
         self._config = json.loads(config_json)
         self.check_compatible(config_json)
         os.makedirs(self.directory, exist_ok=True)
@@ -121,10 +127,9 @@ class Checkpointer:
         Args:
           config_json: the new run's resolved config as a JSON string.
         """
-        if not os.path.exists(self.config_path):
+        stored = self._stored_config()
+        if stored is None:
             return
-        with open(self.config_path) as f:
-            stored = json.load(f)
         new = json.loads(config_json)
         diffs = []
         for key in self.compat_keys:
@@ -138,6 +143,23 @@ class Checkpointer:
                 + "\n".join(diffs)
                 + "\nUse a new workdir, or restore the original values of these fields."
             )
+
+    def _stored_config(self) -> dict | None:
+        """The stored config.json (None if absent), with `compat_defaults` for keys it lacks."""
+        if not os.path.exists(self.config_path):
+            return None
+        with open(self.config_path) as f:
+            stored = json.load(f)
+        for dotted, value in self.compat_defaults.items():
+            *parents, leaf = dotted.split(".")
+            node = stored
+            for part in parents:
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    break
+            else:
+                node.setdefault(leaf, value)
+        return stored
 
     def _write_config(self, config_json: str) -> None:
         """Writes config.json atomically unless one exists (the first run's config wins)."""
@@ -238,10 +260,10 @@ class Checkpointer:
     def config_diff(self) -> list[str]:
         """Fields where this run's config differs from the stored `config.json`, as
         "  key: stored X, new Y" lines; environment and model fields first."""
-        if not os.path.exists(self.config_path):
+        stored = self._stored_config()
+        if stored is None:
             return []
-        with open(self.config_path) as f:
-            stored = _flatten(json.load(f))
+        stored = _flatten(stored)
         new = _flatten(self._config)
         keys = [
             k for k in stored.keys() | new.keys() if stored.get(k, _MISSING) != new.get(k, _MISSING)

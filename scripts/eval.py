@@ -58,7 +58,10 @@ def main(argv):
     try:
         exp = experiment.build(config)
         ckpt = checkpoint_lib.Checkpointer(
-            ckpt_dir, config_json=exp.config_json, compat_keys=experiment.COMPAT_KEYS
+            ckpt_dir,
+            config_json=exp.config_json,
+            compat_keys=experiment.COMPAT_KEYS,
+            compat_defaults=experiment.COMPAT_DEFAULTS,
         )
         step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value
         if step is None:

@@ -147,6 +147,33 @@ def test_checkpointer__missing_compat_key_is_a_mismatch(tmp_path):
         _checkpointer(tmp_path, config_json=json.dumps(config))
 
 
+def test_checkpointer__compat_key_newer_than_the_run_takes_its_default(tmp_path):
+    """A run saved before a compat key existed (here loss.ctrl) resumes under the key's
+    default value, and is refused, naming the default, under any other."""
+    _checkpointer(tmp_path).close()  # stored config without loss.ctrl
+    newer = json.loads(_config())
+    newer["loss"] = {"ctrl": "fixed"}
+
+    def open_with(ctrl):
+        newer["loss"]["ctrl"] = ctrl
+        return Checkpointer(
+            tmp_path,
+            config_json=json.dumps(newer),
+            compat_keys=(*COMPAT, "loss.ctrl"),
+            compat_defaults={"loss.ctrl": "fixed"},
+        )
+
+    with open_with("fixed") as ckpt:
+        assert ckpt.config_diff() == []
+    with pytest.raises(ValueError, match='loss.ctrl: stored "fixed", new "adaptive"'):
+        open_with("adaptive")
+    # Without the default the stored config lacks the key: a mismatch.
+    with pytest.raises(ValueError, match='loss.ctrl: stored <missing>, new "fixed"'):
+        Checkpointer(
+            tmp_path, config_json=_config(loss={"ctrl": "fixed"}), compat_keys=("loss.ctrl",)
+        )
+
+
 def test_checkpointer__wrong_target_names_leaf(tmp_path):
     state = _state()
     with _checkpointer(tmp_path) as ckpt:

@@ -36,9 +36,12 @@ COMPAT_KEYS = (
     "model.num_kv_heads",
     "model.head_dim",
     "loss.kl_coef",
+    "loss.kl_ctrl",  # "adaptive" keeps beta in the training state
     "optim.grad_clip",
     "optim.weight_decay",
 )
+# Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
+COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed"}  # the adaptive controller came with 98fdac0
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
 EVAL_KEYS = step_lib.EVAL_KEYS

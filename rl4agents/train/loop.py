@@ -105,6 +105,7 @@ def run(
         max_to_keep=c.checkpoint.max_to_keep,
         config_json=exp.config_json,
         compat_keys=experiment_lib.COMPAT_KEYS,
+        compat_defaults=experiment_lib.COMPAT_DEFAULTS,
     )
     start = ckpt.latest_step()
     init_wall = _init_wall(c) if start is None else 0.0
