@@ -11,6 +11,7 @@ import argparse
 import inspect
 import os
 import sys
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
@@ -36,6 +37,118 @@ def signature_defaults(fn: Callable[..., Any], skip: Iterable[str] = ()) -> dict
 def sections(names: Iterable[str], defaults_fn: Callable[[str], dict]) -> ml_collections.ConfigDict:
     """One sub-dict of defaults per registered name."""
     return ml_collections.ConfigDict({name: defaults_fn(name) for name in names})
+
+
+def section(fn: Callable[..., Any], defaults: dict[str, Any]) -> ml_collections.ConfigDict:
+    """`defaults` (of `fn`'s keyword parameters) as a config section.
+
+    A default of None becomes a placeholder typed by `fn`'s annotation (`float | None` ->
+    float): ml_collections' command-line parser refuses to override a field whose type is
+    NoneType, so `--config.loss.ppo_clip.agg_scale=4` needs the type. Its value stays None.
+    """
+    hints = _type_hints(fn)
+    out = ml_collections.ConfigDict()
+    for name, value in defaults.items():
+        kind = _optional_type(hints.get(name)) if value is None else None
+        out[name] = ml_collections.config_dict.placeholder(kind) if kind else value
+    return out
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    fn = getattr(fn, "func", fn)  # functools.partial
+    try:
+        return typing.get_type_hints(fn.__init__ if inspect.isclass(fn) else fn)
+    except Exception:  # an annotation that does not resolve: no types, no placeholders
+        return {}
+
+
+def _optional_type(hint: Any) -> type | None:
+    """`T` of an annotation `T | None` with T in bool/int/float/str, else None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) == 1 and args[0] in (bool, int, float, str):
+        return args[0]
+    return None
+
+
+def split_none_overrides(argv: list[str], flag: str = "config") -> tuple[list[str], list[str]]:
+    """Takes the `--{flag}.KEY=None` overrides out of a command line.
+
+    ml_collections parses no None from the command line, so a field whose "off" value is
+    None (`loss.value_clip`, `loss.ppo_clip.dual_clip_c`) could not be turned off there. The
+    caller parses the rest and then sets these KEYs to None (`set_none`). As with any
+    override, the last one of a key wins: an earlier None of a key set again later is
+    dropped.
+
+    Returns:
+      (argv without those overrides, the KEYs to set to None).
+    """
+    prefix = f"--{flag}."
+    spans = []  # (start, end, key, value) of each override
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith(prefix) and "=" in arg:
+            key, value = arg[len(prefix) :].split("=", 1)
+            spans.append((i, i + 1, key, value))
+        elif arg.startswith(prefix) and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            spans.append((i, i + 2, arg[len(prefix) :], argv[i + 1]))
+            i += 1
+        i += 1
+    last = {key: value for _, _, key, value in spans}
+    keys = [key for key, value in last.items() if value == "None"]
+    drop = {
+        j
+        for start, end, key, value in spans
+        if value == "None" or key in keys
+        for j in range(start, end)
+    }
+    return [a for j, a in enumerate(argv) if j not in drop], keys
+
+
+# Fields of configs/base.py whose "off" value is None (the range table in
+# rl4agents/train/experiment.py allows None for exactly these).
+NULLABLE_FIELDS = ("loss.value_clip",)
+
+
+def nullable(key: str) -> bool:
+    """Whether the dotted config field `key` takes None: one of `NULLABLE_FIELDS`, or a
+    parameter of a registered environment, credit estimator or policy loss annotated
+    `T | None` (`env.sokoban.carve_steps`, `loss.ppo_clip.dual_clip_c`)."""
+    if key in NULLABLE_FIELDS:
+        return True
+    parts = key.split(".")
+    if len(parts) != 3:
+        return False
+    from rl4agents import credit, envs, losses  # they import this module
+
+    section, name, field = parts
+    registry = {"env": envs.registry, "credit": credit, "loss": losses}.get(section)
+    if registry is None or name not in registry.names():
+        return False
+    hint = _type_hints(registry.get(name)).get(field)
+    return type(None) in typing.get_args(hint)
+
+
+def set_none(config: ml_collections.ConfigDict, keys: Iterable[str]) -> None:
+    """Sets each dotted KEY of `config` to None (`split_none_overrides`).
+
+    Raises:
+      KeyError: a KEY that is no field of `config`.
+      ValueError: a field that does not take None (`nullable`).
+    """
+    for key in keys:
+        *path, field = key.split(".")
+        node = config
+        for part in path:
+            node = node[part]
+        if not isinstance(node, ml_collections.ConfigDict) or field not in node:
+            raise KeyError(key)
+        if not nullable(key):
+            raise ValueError(
+                f"--config.{key}=None: {key} does not take None; allowed: a value of its type "
+                f"({type(node[field]).__name__}, default {node[field]!r})"
+            )
+        node[field] = None
 
 
 def check_choice(field: str, value: Any, allowed: Iterable[Any]) -> None:
@@ -110,7 +223,9 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
       from inside absl's parser, with chained tracebacks): the line names the override, the
       close known keys and the keys allowed where it points;
     - absl's own flag errors (a value of the wrong type, an unknown or missing flag, a config
-      file whose `get_config` raises).
+      file whose `get_config` raises);
+    - a `--config.KEY=None` for a field that does not take None (`nullable`); where it does,
+      the field is set to None after absl's parse (`split_none_overrides`).
 
     Args:
       argv: the command line (argv[0] is the program).
@@ -127,10 +242,15 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
                 f"--{flag}={spec!r}: no config file {path!r}; allowed: a file such as "
                 "configs/frozen_lake.py, with an optional ':ARG'"
             )
+    rest, none_keys = split_none_overrides(argv, flag)
     try:
-        return flags.FLAGS(argv)
+        remaining = flags.FLAGS(rest)
+        set_none(flags.FLAGS[flag].value, none_keys)
+        return remaining
     except (AttributeError, KeyError) as e:
         fail(_unknown_override(argv, flag) or str(e))
+    except ValueError as e:  # set_none: a field that does not take None
+        fail(str(e))
     except flags.Error as e:
         fail(_flags_error_line(e))
 

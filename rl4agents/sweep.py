@@ -41,6 +41,8 @@ from typing import Any
 
 import ml_collections
 
+from rl4agents import config_utils
+
 SEED_KEY = "seed"
 CONFIG_NAME = "config.json"  # the resolved config, written by scripts/sweep.py
 COMMAND_NAME = "command.txt"
@@ -354,7 +356,9 @@ def apply_overrides(
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise ValueError(f"unknown config key {key!r}{hint}")
         old = leaves[key]
-        if not _fits(old, value):
+        if value is None and not config_utils.nullable(key):
+            raise ValueError(f"{key}=None: the field does not take None (default {old!r})")
+        if value is not None and not _fits(old, value):
             raise ValueError(
                 f"{key}={value!r} has type {type(value).__name__}; the field's type is "
                 f"{type(old).__name__} (default {old!r})"
@@ -401,7 +405,7 @@ def parse_command_config(spec: str, args: Sequence[str]) -> ml_collections.Confi
     from absl import flags
     from ml_collections import config_flags
 
-    argv = ["train.py", f"--config={spec}", *args]
+    argv, none_keys = config_utils.split_none_overrides(["train.py", f"--config={spec}", *args])
     values = flags.FlagValues()
     holder = config_flags.DEFINE_config_file(
         "config", None, flag_values=values, lock_config=True, sys_argv=argv
@@ -409,6 +413,7 @@ def parse_command_config(spec: str, args: Sequence[str]) -> ml_collections.Confi
     with warnings.catch_warnings():  # config_flags loads the file with the deprecated API
         warnings.simplefilter("ignore", DeprecationWarning)
         values(argv)
+    config_utils.set_none(holder.value, none_keys)
     return holder.value
 
 

@@ -39,6 +39,13 @@ CASES = [
     ("random_baseline", [FL, "--split=dev"], "--split=dev: value should be one of"),
     ("sft", [FL, "--workdir={tmp}/afile"], "--workdir='{tmp}/afile' is a file"),
     ("sft", [FL, "--workdir={tmp}/w", "--config.sft.lr=-1"], "sft.lr=-1.0; allowed: > 0"),
+    # None turns off a field declared optional; any other field refuses it.
+    (
+        "sft",
+        [FL, "--workdir={tmp}/w", "--config.sft.lr=None"],
+        "--config.sft.lr=None: sft.lr does not take None; allowed: a value of its type (float",
+    ),
+    ("train", [FL, "--workdir={tmp}/w", "--config.optim.nope=None"], "'optim.nope'"),
     ("sft", [FL, "--workdir={tmp}/w", "--config.sft.keep=some"], "sft.keep='some' is not allowed"),
     (
         "memory_table",

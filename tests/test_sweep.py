@@ -172,6 +172,7 @@ def test_load_study__base_and_get_config(tmp_path):
         ({"log.progress": 0}, r"log.progress=0 has type int; the field's type is bool"),
         ({"credit.name": 3}, r"credit.name=3 has type int; the field's type is str"),
         ({"mesh.shape": 2}, r"mesh.shape=2 has type int; the field's type is tuple"),
+        ({"optim.lr": None}, r"optim.lr=None: the field does not take None \(default 0.001\)"),
     ],
 )
 def test_resolve__bad_override_names_key_and_type(overrides, pattern):
@@ -197,6 +198,57 @@ def test_resolve__matches_the_command_line():
     assert sweep.config_diff({"a": {"b": (1, 2)}}, {"a": {"b": [1, 3]}}) == [
         "a.b: [1, 2] -> [1, 3]"
     ]
+
+
+def test_resolve__none_and_fields_whose_default_is_none_from_the_command_line():
+    """None turns an option off (value_clip, dual_clip_c); a field whose default is None
+    (agg_scale, Sokoban's carve_steps) takes a value of its annotated type. ml_collections'
+    command-line parser does neither alone."""
+    overrides = {
+        "loss.value_clip": None,
+        "loss.ppo_clip.dual_clip_c": None,
+        "loss.ppo_clip.agg_scale": 4.0,
+        "env.sokoban.carve_steps": 20,
+    }
+    config = sweep.resolve(FROZEN_LAKE, overrides)
+    assert config.loss.value_clip is None and config.loss.ppo_clip.dual_clip_c is None
+    assert config.loss.ppo_clip.agg_scale == 4.0 and config.env.sokoban.carve_steps == 20
+    via_flags = sweep.parse_command_config(FROZEN_LAKE, sweep.override_args(overrides))
+    assert sweep.config_diff(config.to_dict(), via_flags.to_dict()) == []
+    # Untouched, those fields keep their default None.
+    default = sweep.parse_command_config(FROZEN_LAKE, [])
+    assert default.loss.ppo_clip.agg_scale is None and default.loss.value_clip == 0.5
+    # The annotated type is enforced: an int field refuses 2.5.
+    with pytest.raises(Exception, match=r"2\.5"):
+        sweep.parse_command_config(FROZEN_LAKE, ["--config.env.sokoban.carve_steps=2.5"])
+
+
+def test_split_none_overrides__last_override_of_a_key_wins():
+    from rl4agents import config_utils
+
+    argv = ["p", "--config=f.py", "--config.a=None", "--config.b=None", "--config.b=2"]
+    argv += ["--config.c", "None", "--config.a=1", "--config.a=None", "--workdir=w"]
+    rest, keys = config_utils.split_none_overrides(argv)
+    assert keys == ["a", "c"]
+    assert rest == ["p", "--config=f.py", "--config.b=2", "--workdir=w"]
+    config = sweep.parse_command_config(FROZEN_LAKE, [])
+    with pytest.raises(KeyError):
+        config_utils.set_none(config, ["loss.nope"])
+    with pytest.raises(ValueError, match="credit.grpo.eps does not take None"):
+        config_utils.set_none(config, ["credit.grpo.eps"])
+
+
+def test_nullable__declared_optional_fields_only():
+    from rl4agents import config_utils
+    from rl4agents.train import experiment
+
+    assert config_utils.nullable("loss.ppo_clip.dual_clip_c")  # float | None
+    assert config_utils.nullable("env.sokoban.carve_steps")  # int | None
+    assert not config_utils.nullable("loss.ppo_clip.clip_low")
+    assert not config_utils.nullable("optim.lr") and not config_utils.nullable("env.nope.x")
+    # configs/base.py's own optional fields are those its range table lets be None.
+    ranged = {k for k, bounds in experiment._RANGES.items() if bounds.get("allow_none")}
+    assert ranged == set(config_utils.NULLABLE_FIELDS)
 
 
 def test_resolve__missing_config_file_fails():

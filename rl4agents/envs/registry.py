@@ -24,21 +24,23 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make(name: str, **kwargs) -> Any:
-    """Build environment `name`; unknown names raise with the list of known ones."""
+def get(name: str) -> Callable[..., Any]:
+    """The constructor of environment `name`; unknown names raise with the known ones."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown environment {name!r}; known environments: {names()}")
-    return _REGISTRY[name](**kwargs)
+    return _REGISTRY[name]
+
+
+def make(name: str, **kwargs) -> Any:
+    """Build environment `name`; unknown names raise with the list of known ones."""
+    return get(name)(**kwargs)
 
 
 def defaults(name: str) -> dict[str, Any]:
     """Constructor defaults of environment `name` (its config section; tokenizer excluded)."""
     from rl4agents import config_utils
 
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown environment {name!r}; known environments: {names()}")
-    ctor = _REGISTRY[name]
-    return config_utils.signature_defaults(ctor, skip=("tokenizer", "self"))
+    return config_utils.signature_defaults(get(name), skip=("tokenizer", "self"))
 
 
 def validate(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
