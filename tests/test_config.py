@@ -99,6 +99,22 @@ def test_credit_validate__refuses_out_of_range_values(name, hparams, pattern):
         credit.validate(name, hparams)
 
 
+def test_credit_validate__eps_is_checked_only_where_the_std_divides():
+    for name, hparams in [
+        ("grpo", {"scale": "none"}),
+        ("gigpo", {"mode": "mean_norm"}),
+        ("turn_return", {"norm": "none"}),
+    ]:
+        assert credit.validate(name, {**hparams, "eps": 0.0})["eps"] == 0.0
+    for name, hparams in [
+        ("grpo", {"scale": "batch"}),
+        ("gigpo", {"mode": "mean_std_norm"}),
+        ("turn_return", {"norm": "group"}),
+    ]:
+        with pytest.raises(ValueError, match=rf"credit.{name}: eps=0.0; allowed: > 0"):
+            credit.validate(name, {**hparams, "eps": 0.0})
+
+
 @pytest.mark.parametrize(
     "name, hparams, pattern",
     [

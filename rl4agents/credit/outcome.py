@@ -124,7 +124,8 @@ def grpo(
       CreditOutput(advantages f32[B, T], returns None, metrics).
     """
     del values
-    check_range("eps", eps, 0.0, low_open=True)
+    if scale != "none":  # eps is read only where the std divides
+        check_range("eps", eps, 0.0, low_open=True)
     adv, metrics = grpo_episode_advantages(traj, eps, scale, singleton_policy, stats_over)
     return CreditOutput(common.broadcast_to_tokens(adv, traj.action_mask), None, metrics)
 

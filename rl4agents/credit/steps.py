@@ -87,7 +87,8 @@ def gigpo(
     check_range("gamma", gamma, 0.0, 1.0)
     check_range("omega", omega, 0.0)
     check_range("invalid_penalty", invalid_penalty, 0.0)
-    check_range("eps", eps, 0.0, low_open=True)
+    if mode == "mean_std_norm":  # eps is read only where the std divides
+        check_range("eps", eps, 0.0, low_open=True)
     _check_choice("mode", mode, ("mean_norm", "mean_std_norm"))
     _check_choice("stats_over", stats_over, ("steps", "trajectories"))
     with_std = mode == "mean_std_norm"
@@ -235,7 +236,8 @@ def turn_return(
     """
     del values
     check_range("gamma", gamma, 0.0, 1.0)
-    check_range("eps", eps, 0.0, low_open=True)
+    if norm != "none":  # eps is read only where the std divides
+        check_range("eps", eps, 0.0, low_open=True)
     _check_choice("norm", norm, ("none", "batch", "group", "anchor"))
     valid = traj.turn_valid
     returns = common.discounted_turn_returns(common.penalised_turn_rewards(traj), valid, gamma)
