@@ -175,12 +175,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def check_output_file(flag: str, path: str) -> None:
-    """Refuses (`fail`) an output `path` that is a directory, or whose nearest existing folder
-    is a file: a file path whose missing folders can be created is allowed."""
+    """Refuses (`fail`) an output `path` that is empty, a directory, or whose nearest existing
+    folder is a file: a file path whose missing folders can be created is allowed."""
     existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
-    if os.path.isdir(path) or not os.path.isdir(existing):
+    if not path or os.path.isdir(path) or not os.path.isdir(existing):
         fail(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
 
 

@@ -53,6 +53,7 @@ CASES = [
         "unknown config key 'env.household.bogus'",
     ),
     ("memory_table", ["--out={tmp}/m.md", "--detail=qwen2_7b:1,8"], "--detail='qwen2_7b:1,8'"),
+    ("mesh_equivalence", ["--out="], "--out=''; allowed: a file path"),
     ("env_table", ["--out={tmp}/e", "--envs=maze,nope"], "--envs='nope' has no configs/nope.py"),
     (
         "sweep",
