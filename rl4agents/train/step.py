@@ -443,7 +443,10 @@ def prepare_batch(
             shard=pin,
         ).logp
         if lc.kl_in_reward:  # methods.md 7.2: r_t -= beta * KL(old, ref) on action tokens
-            kl = regularizers.kl_penalty(logp_behavior, logp_ref, lc.kl_reward_estimator)
+            # "old" is the learner's log-probs where a pass computed them (verl's recomputed
+            # old_log_probs), else the sampler's: the same up to numerics without a mismatch.
+            logp_kl = logp_behavior if logp_learner is None else logp_learner
+            kl = regularizers.kl_penalty(logp_kl, logp_ref, lc.kl_reward_estimator)
             beta = state.kl_coef if lc.kl_ctrl == "adaptive" else lc.kl_coef
             traj = traj.replace(token_penalty=view.to_slots(jnp.where(mask, beta * kl, 0.0)))
             # Rows without action tokens (unfilled or finished) are left out of the KL and n.

@@ -584,6 +584,30 @@ def test_kl_in_reward__token_penalty_in_credit_and_no_kl_term_in_loss():
     np.testing.assert_allclose(np.asarray(adv_k1["token_penalty"]), expected, atol=1e-6)
 
 
+def test_kl_in_reward__uses_the_learners_log_probs_under_a_sampler_mismatch():
+    """With TIS on, the update scores the episodes with the learner, and the KL in the reward
+    is the learner's to the reference (verl: old_log_probs, recomputed by the actor), not the
+    sampler's: a sampler off by 0.3 nats per token leaves the penalty unchanged."""
+    beta = 0.1
+    state = base_state().replace(ref_params=scaled(base_state().params, 1.5))
+    traj = rollout_fn()(jax.random.key(5), state.params)
+    skewed = traj.replace(logp_behavior=traj.logp_behavior + 0.3 * traj.action_mask)
+    penalty = {}
+    for tis in (0.0, 2.0):
+        cfg = variant(kl_coef=beta, kl_in_reward=True, tis_cap=tis)
+        cfg = dataclasses.replace(cfg, credit_fn=with_penalty_metric(cfg.credit_fn))
+        for name, episodes in (("true", traj), ("skewed", skewed)):
+            penalty[tis, name] = np.asarray(prepare_fn(cfg)(state, episodes)[1]["token_penalty"])
+    mask = np.asarray(traj.action_mask)
+    # Without TIS the sampler's log-probs are the old policy's: k1 moves by 0.3 per token.
+    np.testing.assert_allclose(
+        (penalty[0.0, "skewed"] - penalty[0.0, "true"])[mask], beta * 0.3, rtol=1e-4
+    )
+    # With TIS the learner's are: the same penalty as the unskewed episodes'.
+    np.testing.assert_allclose(penalty[2.0, "skewed"], penalty[2.0, "true"], atol=1e-6)
+    np.testing.assert_allclose(penalty[2.0, "true"], penalty[0.0, "true"], atol=1e-5)
+
+
 def test_adaptive_kl__beta_follows_verls_rule_from_the_batch_kl():
     beta0, target, horizon = 0.1, 0.01, 100.0
     state0 = base_state()
