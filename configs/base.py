@@ -24,7 +24,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.vocab = "builtin"  # "builtin" | "minimal" (only the words the env emits)
     # One section per registered environment with its constructor defaults.
     for name in envs.registry.names():
-        c.env[name] = config_utils.section(envs.registry.get(name), envs.registry.defaults(name))
+        c.env[name] = config_utils.section(envs.registry, name)
     # env.name = "host": Python text environments stepped on the host (docs/host_envs.md).
     c.env.host = ml_collections.ConfigDict()
     c.env.host.factory = ""  # a registered factory (e.g. "textarena") or "module:function"
@@ -73,12 +73,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.credit = ml_collections.ConfigDict()
     c.credit.name = "grpo"
     for name in credit.names():
-        c.credit[name] = config_utils.section(credit.get(name), credit.defaults(name))
+        c.credit[name] = config_utils.section(credit, name)
 
     c.loss = ml_collections.ConfigDict()
     c.loss.policy = "ppo_clip"
     for name in losses.names():
-        c.loss[name] = config_utils.section(losses.get(name), losses.defaults(name))
+        c.loss[name] = config_utils.section(losses, name)
     c.loss.kl_coef = 0.0  # KL to the frozen reference policy (beta)
     c.loss.kl_estimator = "k3"  # in the loss: k1 | k2 | k3 | abs, "+" = straight-through gradient
     c.loss.kl_in_reward = False  # True: -beta * KL per action token in the reward, not the loss

@@ -34,23 +34,20 @@ def signature_defaults(fn: Callable[..., Any], skip: Iterable[str] = ()) -> dict
     return out
 
 
-def sections(names: Iterable[str], defaults_fn: Callable[[str], dict]) -> ml_collections.ConfigDict:
-    """One sub-dict of defaults per registered name."""
-    return ml_collections.ConfigDict({name: defaults_fn(name) for name in names})
+def section(registry: Any, name: str) -> ml_collections.ConfigDict:
+    """The config section of variant `name` of a registry (`envs.registry`, `credit`,
+    `losses`: each has `get(name)` and `defaults(name)`): its defaults, by field.
 
-
-def section(fn: Callable[..., Any], defaults: dict[str, Any]) -> ml_collections.ConfigDict:
-    """`defaults` (of `fn`'s keyword parameters) as a config section.
-
-    A default of None becomes a placeholder typed by `fn`'s annotation (`float | None` ->
-    float): ml_collections' command-line parser refuses to override a field whose type is
-    NoneType, so `--config.loss.ppo_clip.agg_scale=4` needs the type. Its value stays None.
+    A default of None becomes a placeholder typed by the function's annotation (`float |
+    None` -> float): ml_collections' command-line parser refuses to override a field whose
+    type is NoneType, so `--config.loss.ppo_clip.agg_scale=4` needs the type. Its value stays
+    None.
     """
-    hints = _type_hints(fn)
+    hints = _type_hints(registry.get(name))
     out = ml_collections.ConfigDict()
-    for name, value in defaults.items():
-        kind = _optional_type(hints.get(name)) if value is None else None
-        out[name] = ml_collections.config_dict.placeholder(kind) if kind else value
+    for field, value in registry.defaults(name).items():
+        kind = _optional_type(hints.get(field)) if value is None else None
+        out[field] = ml_collections.config_dict.placeholder(kind) if kind else value
     return out
 
 
@@ -71,38 +68,31 @@ def _optional_type(hint: Any) -> type | None:
 
 
 def split_none_overrides(argv: list[str], flag: str = "config") -> tuple[list[str], list[str]]:
-    """Takes the `--{flag}.KEY=None` overrides out of a command line.
+    """Takes the `--{flag}.KEY=None` (or `--{flag}.KEY None`) overrides out of a command line.
 
     ml_collections parses no None from the command line, so a field whose "off" value is
     None (`loss.value_clip`, `loss.ppo_clip.dual_clip_c`) could not be turned off there. The
     caller parses the rest and then sets these KEYs to None (`set_none`). As with any
-    override, the last one of a key wins: an earlier None of a key set again later is
-    dropped.
+    override, the last one of a key wins: a None followed by another override of its key is
+    dropped; other overrides are left for absl, which applies them before the None.
+    Arguments after "--" are not flags.
 
     Returns:
-      (argv without those overrides, the KEYs to set to None).
+      (argv without the None overrides, the KEYs whose last override is None).
     """
     prefix = f"--{flag}."
-    spans = []  # (start, end, key, value) of each override
+    spans = []  # (start, end, key, is None) of each override
     i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith(prefix) and "=" in arg:
-            key, value = arg[len(prefix) :].split("=", 1)
-            spans.append((i, i + 1, key, value))
-        elif arg.startswith(prefix) and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            spans.append((i, i + 2, arg[len(prefix) :], argv[i + 1]))
-            i += 1
+    while i < len(argv) and argv[i] != "--":
+        key, eq, value = argv[i][len(prefix) :].partition("=")
+        if argv[i].startswith(prefix):
+            two_token = not eq and i + 1 < len(argv) and argv[i + 1] == "None"
+            spans.append((i, i + 1 + two_token, key, two_token or value == "None"))
+            i += two_token
         i += 1
-    last = {key: value for _, _, key, value in spans}
-    keys = [key for key, value in last.items() if value == "None"]
-    drop = {
-        j
-        for start, end, key, value in spans
-        if value == "None" or key in keys
-        for j in range(start, end)
-    }
-    return [a for j, a in enumerate(argv) if j not in drop], keys
+    last = {key: none for _, _, key, none in spans}
+    drop = {j for start, end, _, none in spans if none for j in range(start, end)}
+    return [a for j, a in enumerate(argv) if j not in drop], [k for k, none in last.items() if none]
 
 
 # Fields of configs/base.py whose "off" value is None (the range table in
@@ -143,6 +133,8 @@ def set_none(config: ml_collections.ConfigDict, keys: Iterable[str]) -> None:
             node = node[part]
         if not isinstance(node, ml_collections.ConfigDict) or field not in node:
             raise KeyError(key)
+        if isinstance(node[field], ml_collections.ConfigDict):
+            raise ValueError(f"--config.{key}=None: {key!r} is a config section, not a field")
         if not nullable(key):
             raise ValueError(
                 f"--config.{key}=None: {key} does not take None; allowed: a value of its type "

@@ -14,6 +14,7 @@ import textwrap
 import time
 
 import pytest
+from absl import flags
 
 from rl4agents import sweep
 
@@ -219,7 +220,7 @@ def test_resolve__none_and_fields_whose_default_is_none_from_the_command_line():
     default = sweep.parse_command_config(FROZEN_LAKE, [])
     assert default.loss.ppo_clip.agg_scale is None and default.loss.value_clip == 0.5
     # The annotated type is enforced: an int field refuses 2.5.
-    with pytest.raises(Exception, match=r"2\.5"):
+    with pytest.raises(flags.IllegalFlagValueError, match=r"invalid literal for int\(\).*'2\.5'"):
         sweep.parse_command_config(FROZEN_LAKE, ["--config.env.sokoban.carve_steps=2.5"])
 
 
@@ -228,14 +229,27 @@ def test_split_none_overrides__last_override_of_a_key_wins():
 
     argv = ["p", "--config=f.py", "--config.a=None", "--config.b=None", "--config.b=2"]
     argv += ["--config.c", "None", "--config.a=1", "--config.a=None", "--workdir=w"]
+    argv += ["--config.d=None", "--config.d", "-2", "--", "--config.e=None"]
     rest, keys = config_utils.split_none_overrides(argv)
-    assert keys == ["a", "c"]
-    assert rest == ["p", "--config=f.py", "--config.b=2", "--workdir=w"]
+    assert keys == ["a", "c"]  # b and d are set again after their None; after "--": no flags
+    assert rest == [
+        "p",
+        "--config=f.py",
+        "--config.b=2",
+        "--config.a=1",  # absl applies it, then the later None
+        "--workdir=w",
+        "--config.d",
+        "-2",
+        "--",
+        "--config.e=None",
+    ]
     config = sweep.parse_command_config(FROZEN_LAKE, [])
     with pytest.raises(KeyError):
         config_utils.set_none(config, ["loss.nope"])
     with pytest.raises(ValueError, match="credit.grpo.eps does not take None"):
         config_utils.set_none(config, ["credit.grpo.eps"])
+    with pytest.raises(ValueError, match="'loss' is a config section, not a field"):
+        config_utils.set_none(config, ["loss"])
 
 
 def test_nullable__declared_optional_fields_only():

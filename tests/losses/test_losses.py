@@ -247,10 +247,9 @@ def test_sequence_mean_kl__row_means_then_batch_mean_by_hand():
     value, n = regularizers.sequence_mean_kl(kl, mask)
     np.testing.assert_allclose(value, 5.5 / 2, rtol=1e-6)
     assert n == 2
-    # No empty rows: verl's mean over every row.
-    value, n = regularizers.sequence_mean_kl(kl[:2], mask[:2])
-    np.testing.assert_allclose(value, 5.5 / 2, rtol=1e-6)
-    assert n == 2
+    # No row with action tokens: KL 0 over 0 rows (the controller's error is then -0.2 x 0).
+    value, n = regularizers.sequence_mean_kl(kl, jnp.zeros_like(mask))
+    assert value == 0.0 and n == 0
 
 
 @pytest.mark.parametrize(
