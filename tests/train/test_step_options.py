@@ -698,6 +698,53 @@ def test_adaptive_kl__beta_is_in_the_state_and_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow  # three train-step compiles; the default suite resumes the default config
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # a value head (its parameters and Adam moments) and the KL reference
+        {"credit.name": "ppo_gae", "model.value_head": "shared", "loss.kl_coef": 0.05},
+        # dynamic sampling's refills, the adaptive beta and the learner's TIS pass
+        {
+            "sampling.dynamic": True,
+            "loss.kl_coef": 0.05,
+            "loss.kl_in_reward": True,
+            "loss.kl_ctrl": "adaptive",
+            "loss.tis_cap": 2.0,
+        },
+        # step rows of a windowed context, grouped by anchors
+        {"credit.name": "gigpo", "rollout.context": "window"},
+    ],
+    ids=["ppo_gae", "dynamic_adaptive_tis", "gigpo_window"],
+)
+def test_resume__a_restored_state_takes_the_same_next_step(tmp_path, overrides):
+    """The whole training state goes through a checkpoint, and the step's randomness comes
+    from (root key, step): the step after a restore equals the uninterrupted one, bit for bit,
+    in metrics and in every state leaf."""
+    from rl4agents import checkpoint as checkpoint_lib
+
+    exp = build(**overrides)
+    root = exp.root_key()
+    state1, _ = exp.train_step(exp.init_state(jax.random.key(0)), root)
+    with checkpoint_lib.Checkpointer(
+        tmp_path,
+        config_json=exp.config_json,
+        compat_keys=experiment.COMPAT_KEYS,
+        compat_defaults=experiment.COMPAT_DEFAULTS,
+    ) as ckpt:
+        ckpt.save(1, state1)
+        restored = ckpt.restore(1, exp.abstract_state())
+    direct, m_direct = jax.device_get(exp.train_step(state1, root))  # donates state1
+    resumed, m_resumed = jax.device_get(exp.train_step(restored, root))
+    assert m_direct.keys() == m_resumed.keys()
+    for key in m_direct:
+        np.testing.assert_array_equal(m_direct[key], m_resumed[key], err_msg=key)
+    paths = [sharding.path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(direct)]
+    for path, a, b in zip(paths, jax.tree.leaves(direct), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=path)
+    assert int(direct.step) == 2
+
+
 def test_loss__agg_scale_divides_every_term():
     """ "seq-mean-token-sum-norm" with a constant C: the policy, entropy and KL terms are all
     sums over action tokens divided by C (verl applies one `agg_loss` to every term); without
