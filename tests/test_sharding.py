@@ -44,6 +44,15 @@ def _no_persistent_cache():
     compilation_cache.reset_cache()
 
 
+def test_persistent_cache__is_off_in_this_module():
+    """The fixture above takes effect even where an earlier module already compiled in this
+    worker (the flag alone did not: JAX had decided at its first compile)."""
+    from jax._src import compilation_cache as cache_internals
+
+    jax.jit(lambda x: x + 1)(np.float32(1.0))  # a compile in this module
+    assert not cache_internals.is_cache_used(jax.extend.backend.get_backend())
+
+
 def mesh(shape):
     n = int(np.prod(shape))
     return sharding.make_mesh(AXES, shape, devices=jax.devices()[:n])
