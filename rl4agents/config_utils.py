@@ -182,7 +182,7 @@ def _flags_error_line(e: Exception) -> str:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [repr(e)]
     if "Error whilst parsing config file" in lines[0]:  # get_config() raised: keep its message
         lines = [lines[0].split(" Error whilst")[0] + " " + lines[-1]]
-    return "; ".join(line.removeprefix("flag ") for line in lines)
+    return "; ".join(line.removeprefix("flag ").removeprefix("ERROR:: ") for line in lines)
 
 
 def parse_plain_flags(argv: list[str]) -> list[str]:
@@ -205,6 +205,25 @@ def _config_spec(argv: list[str], flag: str) -> str | None:
     return spec
 
 
+def define_config_flag(
+    help_text: str = "Config file.", name: str = "config", lock_config: bool = True
+) -> flags.FlagHolder:
+    """`config_flags.DEFINE_config_file(name, None, help_text, lock_config)`, for a script
+    parsed by `parse_flags`.
+
+    ml_collections reads the command line's flag files when the flag is defined, at import:
+    a `--flagfile` that does not open is refused there in one line (`fail`) rather than with
+    absl's traceback.
+    """
+    from ml_collections import config_flags
+
+    try:
+        flags.FLAGS.read_flags_from_files(sys.argv[1:], force_gnu=False)
+    except flags.Error as e:
+        fail(_flags_error_line(e))
+    return config_flags.DEFINE_config_file(name, None, help_text, lock_config=lock_config)
+
+
 def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
     """absl flag parsing for a script with a config flag: `app.run(main,
     flags_parser=parse_flags)`.
@@ -218,6 +237,8 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
       file whose `get_config` raises);
     - a `--config.KEY=None` for a field that does not take None (`nullable`); where it does,
       the field is set to None after absl's parse (`split_none_overrides`).
+    `--flagfile=F` arguments are expanded in place first, so all of this holds for the lines
+    of a flag file too.
 
     Args:
       argv: the command line (argv[0] is the program).
@@ -226,6 +247,10 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
     Returns:
       The arguments absl leaves for `main`.
     """
+    try:  # flag files first, so their overrides are seen as the command line's own
+        argv = [*argv[:1], *flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False)]
+    except flags.Error as e:
+        fail(_flags_error_line(e))
     spec = _config_spec(argv, flag)
     if spec is not None:
         path = spec.split(":", 1)[0]

@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 from configs import base  # noqa: E402
 from rl4agents import config_utils, envs, memory, sharding  # noqa: E402
@@ -41,9 +40,7 @@ MESHES = {
 # The default config is added to the command line by `_parse_flags`: a default here would be
 # loaded, with the command line's overrides, at import, where a bad override raises.
 DEFAULT_CONFIG = "configs/household.py"
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, f"Config file (default {DEFAULT_CONFIG})."
-)
+_CONFIG = config_utils.define_config_flag(f"Config file (default {DEFAULT_CONFIG}).")
 _OUT = flags.DEFINE_string("out", "experiments/results/scale/memory.md", "Markdown output.")
 _GB = flags.DEFINE_float("device_memory_gb", 80.0, "Memory per device in GiB.")
 _VOCAB = flags.DEFINE_integer("vocab_size", 0, "Vocabulary; 0 = each preset's HF tokenizer.")

@@ -18,12 +18,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 from rl4agents import config_utils  # noqa: E402
 from rl4agents.train import experiment  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CONFIG = config_utils.define_config_flag()
 _SPLIT = flags.DEFINE_enum("split", "test", ["train", "test", "ood"], "Task split.")
 _EPISODES = flags.DEFINE_integer("episodes", 2048, "Episodes.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")

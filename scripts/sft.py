@@ -21,11 +21,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 from rl4agents import config_utils  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CONFIG = config_utils.define_config_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 flags.mark_flags_as_required(["config", "workdir"])
 

@@ -3,7 +3,8 @@ exit status 2, no traceback, and nothing written.
 
 Each case fails before any compilation (each subprocess pays only the imports), so the whole
 file takes seconds. `{tmp}` in a flag is the test's temporary directory, which holds `afile`
-(an existing file) and `sweep/` (a one-run sweep directory as scripts/sweep.py leaves it).
+(an existing file), `sweep/` (a one-run sweep directory as scripts/sweep.py leaves it) and
+two flag files.
 """
 
 import json
@@ -46,6 +47,18 @@ CASES = [
         "--config.sft.lr=None: sft.lr does not take None; allowed: a value of its type (float",
     ),
     ("train", [FL, "--workdir={tmp}/w", "--config.optim.nope=None"], "'optim.nope'"),
+    # A flag file's lines are the command line's own: the same None handling and checks.
+    (
+        "sft",
+        [FL, "--workdir={tmp}/w", "--flagfile={tmp}/sft_lr_none.flags"],
+        "--config.sft.lr=None: sft.lr does not take None",
+    ),
+    (
+        "train",
+        ["--flagfile={tmp}/value_clip_none.flags", "--workdir={tmp}/w"],
+        "train.num_steps=0; allowed: >= 1",  # past the None, which the field takes
+    ),
+    ("train", [FL, "--workdir={tmp}/w", "--flagfile={tmp}/nope.flags"], "Unable to open flagfile"),
     ("sft", [FL, "--workdir={tmp}/w", "--config.sft.keep=some"], "sft.keep='some' is not allowed"),
     (
         "memory_table",
@@ -94,6 +107,10 @@ def _files(root):
 )
 def test_bad_flag__one_line_exit_2_nothing_written(tmp_path, script, flags, message):
     (tmp_path / "afile").write_text("keep me\n")
+    (tmp_path / "sft_lr_none.flags").write_text("--config.sft.lr=None\n")
+    (tmp_path / "value_clip_none.flags").write_text(
+        f"{FL}:ppo_gae\n--config.loss.value_clip=None\n--config.train.num_steps=0\n"
+    )
     _make_sweep(tmp_path / "sweep")
     before = _files(tmp_path)
     flags = [f.format(tmp=tmp_path) for f in flags]
