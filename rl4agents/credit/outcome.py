@@ -74,7 +74,9 @@ def grpo_episode_advantages(
         adv = centered / (group_std + eps)
     elif scale == "batch":
         batch_std = common.safe_sqrt(jnp.var(score, ddof=1)) if traj.batch_size > 1 else 0.0
-        adv = centered / (batch_std + eps)
+        # A singleton keeps its own (verl) statistics: a batch whose scores are all equal
+        # would otherwise turn its raw score into score / eps.
+        adv = jnp.where(singleton, centered / (group_std + eps), centered / (batch_std + eps))
     else:
         adv = centered
     if singleton_policy == "zero":
@@ -102,8 +104,9 @@ def grpo(
     `norm_adv_by_std_in_grpo=True`); "batch" divides by the unbiased std of all B scores
     while still subtracting the group mean; "none" does not divide (Dr. GRPO advantage,
     https://arxiv.org/abs/2503.20783). `singleton_policy` for groups of size 1: "raw" (verl:
-    mean 0, std 1, so A = the raw score, divided by the batch std under "batch") or "zero"
-    (TRL: mean = the score, so A = 0). All-equal groups give `0 / (0 + eps) = 0`.
+    mean 0, std 1, so A = s / (1 + eps), under "batch" too: TRL, whose batch scale this is,
+    has no singletons, and a batch std of 0 would make it s / eps) or "zero" (TRL: mean =
+    the score, so A = 0). All-equal groups give `0 / (0 + eps) = 0`.
     `stats_over`: "trajectories" (one sample per episode, the paper) or "steps" (each episode
     counted once per turn, verl-agent's default for step rows). The default is "trajectories"
     although methods.md's config sketch lists verl-agent's "steps": here a row is a whole

@@ -23,8 +23,8 @@ def gae_skip(
     unmasked slot holds the carried value (callers mask it).
 
     Args:
-      rewards: f32[B, T] token rewards.
-      values: f32[B, T] critic values (ignored off `mask`).
+      rewards: f32[B, T] token rewards (ignored off `mask`).
+      values: f32[B, T] critic values (ignored off `mask`, even NaN).
       mask: bool[B, T] slots that form the token MDP (action tokens).
       gamma: discount.
       lam: GAE lambda.
@@ -33,19 +33,20 @@ def gae_skip(
       f32[B, T] advantages before whitening.
     """
     chex.assert_equal_shape([rewards, values, mask])
-    m = mask.astype(jnp.float32)
 
     def _gae_step(carry, xs):
         next_v, gae = carry
         r_t, v_t, m_t = xs
         delta = r_t + gamma * next_v - v_t
         gae_new = delta + gamma * lam * gae
-        next_v = m_t * v_t + (1.0 - m_t) * next_v
-        gae = m_t * gae_new + (1.0 - m_t) * gae
+        # A select, not m * x + (1 - m) * y: whatever lies off the mask (NaN included)
+        # never reaches the carry.
+        next_v = jnp.where(m_t, v_t, next_v)
+        gae = jnp.where(m_t, gae_new, gae)
         return (next_v, gae), gae
 
     zeros = jnp.zeros(rewards.shape[0], jnp.float32)
-    xs = (rewards.T.astype(jnp.float32), values.T.astype(jnp.float32), m.T)
+    xs = (rewards.T.astype(jnp.float32), values.T.astype(jnp.float32), mask.T.astype(bool))
     _, adv_tb = jax.lax.scan(_gae_step, (zeros, zeros), xs, reverse=True)
     return adv_tb.T
 

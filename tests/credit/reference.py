@@ -129,7 +129,8 @@ def grpo(traj, eps=1e-6, scale="group", singleton_policy="raw", stats_over="traj
     adv = []
     for i in range(n):
         members = [j for j in range(n) if gids[j] == gids[i]]
-        if sum(w[j] for j in members) <= 1:
+        k_is_singleton = sum(w[j] for j in members) <= 1
+        if k_is_singleton:
             if singleton_policy == "zero":
                 adv.append(0.0)
                 continue
@@ -137,6 +138,8 @@ def grpo(traj, eps=1e-6, scale="group", singleton_policy="raw", stats_over="traj
         else:
             mu, sd = stats(members)
         denom = {"group": sd + eps, "batch": batch_std + eps, "none": 1.0}[scale]
+        if k_is_singleton and scale == "batch":  # a singleton keeps its own std of 1
+            denom = sd + eps
         adv.append((s[i] - mu) / denom)
     return per_episode_to_tokens(traj, adv)
 

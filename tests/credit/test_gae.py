@@ -139,3 +139,16 @@ def test_ppo_gae__matches_loop_reference(make_traj, gamma, lam, whiten, placemen
     want_adv, want_ret = _gae_loop(traj, values, gamma, lam, whiten, placement)
     np.testing.assert_allclose(np.asarray(out.advantages), want_adv, rtol=RTOL, atol=1e-5)
     np.testing.assert_allclose(np.asarray(out.returns), want_ret, rtol=RTOL, atol=1e-5)
+
+
+@pytest.mark.parametrize("fill", [np.nan, np.inf, 1e30])
+def test_ppo_gae__values_off_the_action_mask_are_ignored(make_traj, fill):
+    # Observation and padding slots carry no value the advantage may read: any fill there,
+    # NaN included, gives the advantages and (on the mask) returns of a zero fill.
+    traj = make_traj(seed=3, num_groups=2, group_size=3, turns=3, act=3, obs=2)
+    mask = np.asarray(traj.action_mask)
+    values = np.random.default_rng(4).normal(size=mask.shape).astype(np.float32)
+    want = _gae(traj, jnp.asarray(np.where(mask, values, 0.0)), gamma=0.9, lam=0.8)
+    got = _gae(traj, jnp.asarray(np.where(mask, values, fill)), gamma=0.9, lam=0.8)
+    np.testing.assert_array_equal(np.asarray(got.advantages), np.asarray(want.advantages))
+    np.testing.assert_array_equal(np.asarray(got.returns) * mask, np.asarray(want.returns) * mask)

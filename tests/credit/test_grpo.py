@@ -32,6 +32,7 @@ def _grpo_loop(scores, gids, eps, scale, singleton_policy):
     for i in range(n):
         members = [scores[j] for j in range(n) if gids[j] == gids[i]]
         k = len(members)
+        k_is_singleton = k == 1
         if k == 1:
             if singleton_policy == "zero":
                 out.append(0.0)
@@ -41,6 +42,8 @@ def _grpo_loop(scores, gids, eps, scale, singleton_policy):
             mean = sum(members) / k
             std = math.sqrt(sum((s - mean) ** 2 for s in members) / (k - 1))
         denom = {"group": std + eps, "batch": batch_std + eps, "none": 1.0}[scale]
+        if k_is_singleton and scale == "batch":  # a singleton keeps its own std of 1
+            denom = std + eps
         out.append((scores[i] - mean) / denom)
     return np.array(out)
 
@@ -115,6 +118,16 @@ def test_grpo__matches_loop_reference(make_traj, set_outcome, scale, singleton_p
         np.asarray(out.advantages), want[:, None] * mask, rtol=RTOL, atol=ATOL
     )
     assert out.returns is None
+
+
+def test_grpo__batch_scale_keeps_a_singleton_finite_when_the_batch_std_is_zero(
+    make_traj, set_outcome
+):
+    # Every score equal: the groups' advantages are 0 and the singleton keeps verl's raw
+    # score s / (1 + eps), not s / (0 + eps).
+    traj = set_outcome(make_traj(num_groups=1, group_size=4), [2, 2, 2, 2], [0, 0, 0, 1])
+    adv = _per_episode(traj, _grpo(traj, None, scale="batch"))
+    np.testing.assert_allclose(adv, [0, 0, 0, 2 / (1 + 1e-6)], rtol=RTOL, atol=ATOL)
 
 
 def test_grpo__unknown_flag_raises(make_traj):
