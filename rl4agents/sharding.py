@@ -63,13 +63,10 @@ def make_mesh(
     Raises:
       ValueError: naming mesh.shape / mesh.axis_types when they do not fit the devices.
     """
+    check_mesh_shape(axes, shape, axis_types)
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices)
     shape = list(shape)
-    if len(shape) != len(axes):
-        raise ValueError(f"mesh.shape={tuple(shape)} must have one entry per axis in {tuple(axes)}")
-    if shape.count(-1) > 1:
-        raise ValueError(f"mesh.shape={tuple(shape)} has more than one -1")
     known = math.prod(s for s in shape if s != -1)
     if -1 in shape:
         if n % known:
@@ -80,11 +77,39 @@ def make_mesh(
             f"mesh.shape={tuple(shape)} needs {math.prod(shape)} devices; {n} are available "
             "and the mesh size must divide them"
         )
-    if axis_types not in ("auto", "explicit"):
-        raise ValueError(f"mesh.axis_types={axis_types!r}; allowed: 'auto', 'explicit'")
     kind = AxisType.Auto if axis_types == "auto" else AxisType.Explicit
     grid = np.array(devices[: math.prod(shape)]).reshape(shape)
     return jax.sharding.Mesh(grid, tuple(axes), axis_types=(kind,) * len(axes))
+
+
+def check_mesh_shape(axes: Sequence[str], shape: Sequence[int], axis_types: str = "auto") -> None:
+    """`make_mesh`'s checks that need no devices.
+
+    Raises:
+      ValueError: naming mesh.shape / mesh.axis_types: not one entry per axis, an entry that is
+        not a whole number >= 1 or a single -1, an unknown axis type.
+    """
+    shape = tuple(shape)
+    if len(shape) != len(axes):
+        raise ValueError(f"mesh.shape={shape} must have one entry per axis in {tuple(axes)}")
+    if shape.count(-1) > 1:
+        raise ValueError(f"mesh.shape={shape} has more than one -1")
+    if any(isinstance(s, bool) or not isinstance(s, int) or (s < 1 and s != -1) for s in shape):
+        raise ValueError(
+            f"mesh.shape={shape}; allowed: entries >= 1, at most one -1 (the remaining devices)"
+        )
+    if axis_types not in ("auto", "explicit"):
+        raise ValueError(f"mesh.axis_types={axis_types!r}; allowed: 'auto', 'explicit'")
+
+
+def abstract_mesh(axes: Sequence[str], shape: Sequence[int]) -> jax.sharding.AbstractMesh | None:
+    """The mesh of `shape` without devices (`check_mesh_shape`d), for checks of the batch
+    split before any device is chosen; None when a batch axis is -1 (sized by the devices)."""
+    sizes = dict(zip(axes, shape, strict=True))
+    if any(sizes[a] == -1 for a in BATCH_AXES if a in sizes):
+        return None
+    shape = tuple(1 if s == -1 else s for s in shape)  # a model axis of -1: any size divides
+    return jax.sharding.AbstractMesh(shape, tuple(axes))
 
 
 def batch_axes(mesh: jax.sharding.Mesh) -> tuple[str, ...]:

@@ -18,8 +18,10 @@ overrides. `product`, `zip_` and list concatenation (`+`) combine sweeps; `confi
 point carry its own base config file, so one study can span several environments. `expand`
 turns a sweep into named `Run`s; `resolve` loads a run's config, checks every override (the key
 exists, the type fits) and checks that the command line `train.py` will get yields the same
-config. The rest reads results back: run status from `summary.json`, mean/std over seeds, and
-mean/min/max learning curves, for `scripts/make_table.py`.
+config; `check_config` runs train.py's start-up checks of the values that need no device,
+model or compile, so a sweep refuses a bad run before any run starts. The rest reads results
+back: run status from `summary.json`, mean/std over seeds, and mean/min/max learning curves,
+for `scripts/make_table.py`.
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ def sweep_values(key: str, values: Iterable[Any], *, in_name: bool = True) -> li
     Returns:
       The sweep.
     """
+    if not isinstance(key, str) or not key:
+        raise ValueError(
+            f"sweep_values({key!r}, ...): the key {key!r} has type {type(key).__name__}; "
+            "allowed: a dotted config key string such as 'credit.name'"
+        )
     values = list(values)
     if not values:
         raise ValueError(f"sweep_values({key!r}, ...) got no values")
@@ -161,6 +168,10 @@ def _merge(points: Sequence[Point]) -> Point:
     for p in points:
         if not isinstance(p, Point):
             raise TypeError(f"a sweep is a list of sweep.Point, got an element {p!r}")
+        if not isinstance(p.overrides, Mapping):
+            raise TypeError(
+                f"a Point's overrides are a mapping of dotted keys to values, got {p.overrides!r}"
+            )
         if p.config is not None:
             if config is not None:
                 raise ValueError(f"base config set twice in one run: {config!r} and {p.config!r}")
@@ -231,6 +242,11 @@ def expand(sweep: Sequence[Point], base: str | None = None) -> list[Run]:
                 "study file or add sweep.configs([...]) to the sweep"
             )
         for k, v in p.overrides.items():
+            if not isinstance(k, str) or not k:
+                raise ValueError(
+                    f"override key {k!r} ({type(k).__name__}); allowed: a dotted config key "
+                    "string such as 'credit.name'"
+                )
             if not isinstance(v, _VALUE_TYPES):
                 raise ValueError(
                     f"{k}={v!r}: unsupported value type {type(v).__name__}; allowed: "
@@ -275,10 +291,19 @@ def load_study(path: str) -> Study:
 
     Returns:
       The study with its expanded runs.
+
+    Raises:
+      ValueError: a study file that is missing, does not load (a syntax error, an import that
+        fails, any exception while it runs), has no `get_sweep()`, or whose `get_sweep()`
+        raises or returns something other than a list of `Point`s that `expand` accepts. The
+        message names the file and the problem, on one line.
     """
     if not os.path.isfile(path):
         raise ValueError(f"study file {path!r} does not exist")
-    module = _load_module(path, "rl4agents_study")
+    try:
+        module = _load_module(path, "rl4agents_study")
+    except Exception as e:  # the study's own code: any error is the study's
+        raise ValueError(f"study file {path!r} does not load: {_describe(e, path)}") from e
     if not callable(getattr(module, "get_sweep", None)):
         raise ValueError(f"study file {path!r} defines no get_sweep() function")
     base = getattr(module, "BASE", None)
@@ -286,7 +311,26 @@ def load_study(path: str) -> Study:
         base = path
     if base is not None and not isinstance(base, str):
         raise ValueError(f"{path}: BASE={base!r} must be a config spec string 'FILE[:ARG]'")
-    runs = expand(module.get_sweep(), base)
+    try:
+        points = module.get_sweep()
+    except Exception as e:  # the study's own code, or a sweep helper refusing its arguments
+        raise ValueError(f"study file {path!r}: get_sweep() raised {_describe(e, path)}") from e
+    if not isinstance(points, list | tuple):
+        raise ValueError(
+            f"study file {path!r}: get_sweep() returned a {type(points).__name__}; allowed: a "
+            "list of sweep.Point, as sweep.product, sweep.zip_, sweep.seeds, ... return"
+        )
+    bad = next((p for p in points if not isinstance(p, Point)), None)
+    if bad is not None:
+        raise ValueError(
+            f"study file {path!r}: get_sweep() returned a {type(points).__name__} with an "
+            f"element {_short(bad)} ({type(bad).__name__}); allowed: sweep.Point elements "
+            "only (combine sweeps with sweep.product, sweep.zip_ or +)"
+        )
+    try:
+        runs = expand(points, base)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"study file {path!r}: {_one_line(str(e))}") from e
     return Study(os.path.splitext(os.path.basename(path))[0], path, base, runs)
 
 
@@ -295,8 +339,33 @@ def _load_module(path: str, prefix: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # as `import` does; dataclasses in the file need it
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return module
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(e: BaseException, path: str) -> str:
+    """An exception raised by a user's file (a study or config) as one line: its type and
+    message; for a syntax error the line (and the file, when it is not `path`)."""
+    if isinstance(e, SyntaxError):
+        where = f"line {e.lineno}"
+        if e.filename and os.path.abspath(e.filename) != os.path.abspath(path):
+            where = f"{e.filename}, {where}"
+        return f"{type(e).__name__}: {e.msg} ({where})"
+    text = _one_line(str(e))
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
@@ -304,8 +373,11 @@ def load_config(spec: str) -> ml_collections.ConfigDict:
     path, arg = split_spec(spec)
     if not os.path.isfile(path):
         raise ValueError(f"config file {path!r} (from {spec!r}) does not exist")
-    module = _load_module(path, "rl4agents_config")
-    config = module.get_config(arg) if arg is not None else module.get_config()
+    try:
+        module = _load_module(path, "rl4agents_config")
+        config = module.get_config(arg) if arg is not None else module.get_config()
+    except Exception as e:  # the config file's own code
+        raise ValueError(f"config file {path!r} (from {spec!r}): {_describe(e, path)}") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ValueError(f"{spec}: get_config() returned {type(config).__name__}, not ConfigDict")
     config.lock()
@@ -441,6 +513,24 @@ def resolve(spec: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDic
     if diff:
         raise ValueError(f"{spec}: overrides do not survive the command line; differences: {diff}")
     return config
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+    """train.py's start-up checks of a resolved config that need no device, model or compile
+    (`experiment.build(config, check_only=True)`), so a sweep can check every run before any
+    starts.
+
+    Left to the run itself: what depends on the devices it gets (the mesh size against the
+    device count, the batch split over a data axis of -1, the memory estimate) and on the
+    process count of multi-process runs.
+
+    Raises:
+      ValueError, KeyError: the message `experiment.build` gives, naming the field and what
+        is allowed.
+    """
+    from rl4agents.train import experiment
+
+    experiment.build(config, check_only=True)
 
 
 def config_json(config: ml_collections.ConfigDict) -> str:

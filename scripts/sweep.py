@@ -11,6 +11,10 @@ skipped; any other run is (re)started and train.py resumes it from its latest ch
 Ctrl-C (or SIGTERM) asks every worker to checkpoint and stop; rerunning the command continues.
 `<out>/sweep.json` lists every run of the study for scripts/make_table.py.
 
+Before any run starts (with --dry_run too), every run's config is checked as train.py checks
+it at start-up, values included (`sweep.check_config`): a run train.py would refuse, or a
+study file that does not load, stops the sweep with one `error:` line and exit status 2.
+
 With N workers each run gets `--xla_force_host_platform_device_count=max(1, cores // N)` in
 its XLA_FLAGS (replacing any given value), so the workers share the host's cores.
 
@@ -90,13 +94,22 @@ def _display_path(path: str) -> str:
 
 
 def plan(study: sweep_lib.Study, out: str, train_script: str) -> list[Job]:
-    """Resolves every run of the study (all overrides checked before anything runs)."""
+    """Resolves every run of the study and checks it before anything runs.
+
+    Each run's overrides are checked (key and type, `sweep.resolve`) and so are the values of
+    its config, as train.py checks them at start-up (`sweep.check_config`; the checks that
+    need the devices are left to the run).
+
+    Raises:
+      ValueError: "run NAME: problem" for the first run that train.py would refuse.
+    """
     jobs = []
     for run in study.runs:
         overrides = {**run.overrides, **WORKER_OVERRIDES}
         try:
             config = sweep_lib.resolve(run.config, overrides)
-        except ValueError as e:
+            sweep_lib.check_config(config)
+        except (ValueError, KeyError) as e:  # what train.py refuses with exit status 2
             raise ValueError(f"run {run.name}: {e}") from None
         workdir = os.path.join(out, run.dirname)
         argv = [
@@ -290,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         study = sweep_lib.load_study(args.study)
         out = args.out or os.path.join("runs", "sweeps", study.name)
         jobs = plan(study, out, args.train_script)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except ValueError as e:  # a bad study file or run (`load_study`, `plan`)
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        print(f"error: {'; '.join(lines)}", file=sys.stderr)
         return 2
     selected = [j for j in jobs if args.only is None or args.only in j.run.name]
     if not selected:
@@ -344,4 +358,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # The runner plans and launches; the little JAX work of planning (an environment's tables)
+    # stays on the host CPU, so that the runner holds no accelerator memory the workers need.
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
     sys.exit(main())

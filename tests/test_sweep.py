@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -409,6 +410,155 @@ def test_runner__bad_override_fails_before_running(fake, tmp_path, capsys):
     assert "run base/optim.lrr=0.1/seed=0: unknown config key 'optim.lrr'" in err
     assert "did you mean 'optim.lr'" in err
     assert not fake["out"].exists()
+
+
+def _study(tmp_path: pathlib.Path, body: str, name: str = "study.py") -> pathlib.Path:
+    """A study file on configs/base.py with `body` (its get_sweep) after the header."""
+    path = tmp_path / name
+    path.write_text(f"from rl4agents import sweep\nBASE = {BASE!r}\n" + textwrap.dedent(body))
+    return path
+
+
+# Values that train.py refuses at start-up: refused when the sweep is planned, naming the run.
+@pytest.mark.parametrize(
+    "points, run, message",
+    [
+        (
+            "sweep.sweep_values('credit.name', ['grpo', 'nope'])",
+            "base/credit.name=nope",
+            "credit.name='nope' is not allowed; allowed: [",
+        ),
+        ("sweep.sweep_values('optim.lr', [1e-3, 0.0])", "base/optim.lr=0.0", "optim.lr=0.0; "),
+        (
+            "sweep.sweep_values('mesh.shape', [(-1, 1, 1), (1, 1)])",
+            "base/mesh.shape=1,1",
+            "mesh.shape=(1, 1) must have one entry per axis in ('data', 'fsdp', 'tensor')",
+        ),
+        (
+            "sweep.sweep_values('mesh.shape', [(0, 1, 1)])",
+            "base/mesh.shape=0,1,1",
+            "mesh.shape=(0, 1, 1); allowed: entries >= 1",
+        ),
+        (
+            "sweep.sweep_values('mesh.shape', [(3, 1, 1)])",
+            "base/mesh.shape=3,1,1",
+            "rollout.num_tasks: batch of 256 episodes is not divisible by the mesh's data size 3",
+        ),
+        (
+            "sweep.sweep_values('rollout.group_size', [4, 1])",
+            "base/rollout.group_size=1",
+            "rollout.group_size=1 is below 2, but credit.name='grpo' needs groups",
+        ),
+        (
+            "sweep.sweep_values('credit.name', ['ppo_gae'])",
+            "base/credit.name=ppo_gae",
+            "credit.name='ppo_gae' needs a critic but model.value_head='none'",
+        ),
+        (
+            "sweep.sweep_values('env.frozen_lake.size', [4, 1])",
+            "base/env.frozen_lake.size=1",
+            "size must be >= 2, got 1",
+        ),
+        (
+            "sweep.sweep_values('rollout.max_action_len', [0])",
+            "base/rollout.max_action_len=0",
+            "rollout.max_action_len=0; allowed: >= 1",
+        ),
+        (
+            "sweep.sweep_values('train.minibatches', [3])",
+            "base/train.minibatches=3",
+            "train.minibatches=3 does not divide the batch of 256 episodes",
+        ),
+    ],
+    ids=[
+        "credit_name",
+        "lr",
+        "mesh_axes",
+        "mesh_zero",
+        "mesh_batch",
+        "group_size",
+        "critic",
+        "env_arg",
+        "action_len",
+        "minibatches",
+    ],
+)
+def test_runner__bad_values_fail_at_plan_time(tmp_path, capsys, points, run, message):
+    study = _study(tmp_path, f"def get_sweep():\n    return {points}\n")
+    runner = _script("sweep")
+    assert runner.main([str(study), f"--out={tmp_path / 'out'}", "--dry_run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: run {run}: ") and message in captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""  # one line, no plan
+
+
+def test_runner__bad_value_fails_before_any_run_starts(fake, tmp_path, capsys):
+    runner = _script("sweep")
+    bad = tmp_path / "bad.py"
+    bad.write_text(fake["study"].read_text().replace("[0.1, 0.2]", "[0.1, 0.0]"))
+    assert runner.main([str(bad)] + fake["args"][1:]) == 2
+    assert capsys.readouterr().err == "error: run base/optim.lr=0.0/seed=0: optim.lr=0.0; " + (
+        "allowed: > 0\n"
+    )
+    assert not fake["out"].exists()  # not even the good runs started
+
+
+@pytest.mark.parametrize(
+    "spec", ["configs/frozen_lake.py", "configs/sokoban.py:ppo_gae", "configs/countdown.py"]
+)
+def test_check_config__accepts_shipped_configs(spec):
+    sweep.check_config(sweep.resolve(str(ROOT / spec), {}))
+
+
+# Malformed study files: one line naming the file and the problem, exit status 2.
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        (
+            "def get_sweep():\n    return {'seed': [0, 1]}\n",
+            r"get_sweep\(\) returned a dict; allowed: a list of sweep\.Point",
+        ),
+        (
+            "def get_sweep():\n    return [1, 2]\n",
+            r"get_sweep\(\) returned a list with an element 1 \(int\); allowed: sweep\.Point",
+        ),
+        (
+            "def get_sweep():\n    return sweep.sweep_values(3, [1])\n",
+            r"get_sweep\(\) raised ValueError: sweep_values\(3, \.\.\.\): the key 3 has type "
+            r"int; allowed: a dotted config key string",
+        ),
+        (
+            "def get_sweep():\n    return sweep.fixed({3: 1})\n",
+            r"override key 3 \(int\); allowed: a dotted config key string",
+        ),
+        ("def get_sweep(:\n    return []\n", r"does not load: SyntaxError: .*\(line 3\)"),
+        (
+            "import no_such_module_xyz\n",
+            r"does not load: ModuleNotFoundError: No module named 'no_such_module_xyz'",
+        ),
+        (
+            "def get_sweep():\n    return sweep.nope()\n",
+            r"get_sweep\(\) raised AttributeError: .*'nope'",
+        ),
+    ],
+    ids=["dict", "non_points", "key_type", "fixed_key", "syntax", "import", "raises"],
+)
+def test_runner__malformed_study_fails_in_one_line(tmp_path, capsys, body, problem):
+    study = _study(tmp_path, body)
+    runner = _script("sweep")
+    assert runner.main([str(study), f"--out={tmp_path / 'out'}", "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: study file {str(study)!r}") and err.count("\n") == 1
+    assert re.search(problem, err), err
+
+
+def test_runner__malformed_study_from_the_command_line(tmp_path):
+    study = _study(tmp_path, "def get_sweep():\n    return [sweep.seeds(2)]\n")
+    cmd = [sys.executable, str(ROOT / "scripts" / "sweep.py"), str(study), "--dry_run"]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: study file {str(study)!r}: get_sweep() returned a list")
+    assert done.stderr.count("\n") == 1 and done.stdout == ""
 
 
 def test_runner__interrupt_stops_workers_and_rerun_continues(fake):

@@ -329,8 +329,21 @@ def check_ranges(c: ml_collections.ConfigDict) -> None:
             checks.check_range(dotted, c[section][field], **bounds)
 
 
-def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
-    """Validate `config` and build the environment, model config, step config and jitted step."""
+def build(
+    config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = False
+) -> Experiment | None:
+    """Validate `config` and build the environment, model config, step config and jitted step.
+
+    Args:
+      config: a full config (configs/base.py).
+      mesh: a mesh overriding `config.mesh`.
+      check_only: run the checks that need no devices and no model, then return None (a
+        sweep checks every run's config before any starts): the batch split is checked
+        against the mesh's shape alone, and not at all when a batch axis is -1.
+
+    Raises:
+      ValueError, KeyError: a bad value, naming the field and what is allowed.
+    """
     c = config
     check_ranges(c)
     # Environment: a registered JAX environment, or Python text environments on the host.
@@ -480,10 +493,18 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         max_episode_tokens=c.rollout.max_episode_tokens,
         turn_groups=c.rollout.turn_groups,
     )
-    rollout_lib.make_layout(env, rollout_cfg)  # raises if one turn does not fit
-    if mesh is None:
-        mesh = sharding.make_mesh(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
-    check_batch(rollout_cfg.batch_size, rollout_cfg.group_size, mesh, "rollout.num_tasks")
+    layout = rollout_lib.make_layout(env, rollout_cfg)  # raises if one turn does not fit
+    if mesh is None and check_only:
+        sharding.check_mesh_shape(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
+        shape_only = sharding.abstract_mesh(c.mesh.axes, c.mesh.shape)
+        if shape_only is not None:
+            check_batch(
+                rollout_cfg.batch_size, rollout_cfg.group_size, shape_only, "rollout.num_tasks"
+            )
+    else:
+        if mesh is None:
+            mesh = sharding.make_mesh(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
+        check_batch(rollout_cfg.batch_size, rollout_cfg.group_size, mesh, "rollout.num_tasks")
     grad_accum = c.train.get("grad_accum", 1)
     minibatch = rollout_cfg.batch_size // max(c.train.minibatches, 1)
     if grad_accum < 1 or minibatch % grad_accum:
@@ -506,6 +527,18 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         schedule=c.optim.schedule,
         total_steps=c.train.num_steps * c.train.epochs * c.train.minibatches,
     )
+    if shaping_cfg.overlong_buffer:
+        limit = (
+            layout.action if shaping_cfg.overlong_per == "turn" else layout.turns * layout.action
+        )
+        if shaping_cfg.overlong_buffer > limit:
+            raise ValueError(
+                f"shaping.overlong_buffer={shaping_cfg.overlong_buffer} exceeds the maximum "
+                f"{shaping_cfg.overlong_per} length of {limit} action tokens; "
+                f"allowed: 0 (off) or 1..{limit}"
+            )
+    if check_only:
+        return None
     graphdef, _ = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(model_cfg, nnx.Rngs(0))))
     step_cfg = step_lib.StepConfig(
         graphdef=graphdef,
@@ -525,21 +558,8 @@ def build(config: ml_collections.ConfigDict, mesh=None) -> Experiment:
         sampling=sampling_cfg,
         # host episodes come from Python environments: their group's prompts are not
         # guaranteed equal, so the update does not share them
-        shared_prompt=(
-            rollout_lib.make_layout(env, rollout_cfg).prompt
-            if c.train.get("share_prompt", True) and not is_host
-            else 0
-        ),
+        shared_prompt=(layout.prompt if c.train.get("share_prompt", True) and not is_host else 0),
     )
-    if shaping_cfg.overlong_buffer:
-        lay = rollout_lib.make_layout(env, rollout_cfg)
-        limit = lay.action if shaping_cfg.overlong_per == "turn" else lay.turns * lay.action
-        if shaping_cfg.overlong_buffer > limit:
-            raise ValueError(
-                f"shaping.overlong_buffer={shaping_cfg.overlong_buffer} exceeds the maximum "
-                f"{shaping_cfg.overlong_per} length of {limit} action tokens; "
-                f"allowed: 0 (off) or 1..{limit}"
-            )
     if is_host:  # its train step is the host rollout, then the jitted update
         return host_run.HostExperiment(c, env, model_cfg, step_cfg, mesh, None)
     state_sh = state_shardings(model_cfg, step_cfg, mesh)
