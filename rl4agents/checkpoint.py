@@ -2,7 +2,7 @@
 
 Layout of a checkpoint directory:
 
-    directory/config.json      the resolved config of the first run (never overwritten)
+    directory/config.json      the resolved config of the first run that saved a step
     directory/<step>/...        one Orbax checkpoint per saved step (atomic: temp dir + rename)
 
 Saves are asynchronous: `save` returns once the arrays are copied off the device, and
@@ -13,8 +13,10 @@ back with their Python types and each array lands on the sharding asked for.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,6 +47,38 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in tree.items():
         out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+def saved_steps(directory: str | os.PathLike) -> list[int]:
+    """The committed steps in a checkpoint `directory`, ascending, without starting Orbax
+    (an absent directory has none). Orbax commits a step by renaming its temporary folder to
+    the step number, so the integer-named folders are exactly the committed steps."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(
+        int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(directory, n))
+    )
+
+
+def _first_line(e: BaseException, limit: int = 240) -> str:
+    """An exception as one short line (Orbax and TensorStore errors run to dozens of lines)."""
+    text = next((line.strip() for line in str(e).splitlines() if line.strip()), repr(e))
+    text = text.split(" See full TensorStore details")[0]
+    return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def _collect_quietly() -> None:
+    """Collects garbage with Python's "Exception ignored in" reports muted: a restore that
+    fails on one array leaves Orbax's coroutines for the others unfinished, and their
+    collection would print a traceback after the error."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _clip_lines(lines: list[str]) -> list[str]:
@@ -87,8 +121,9 @@ class Checkpointer:
       max_to_keep: how many most recent checkpoints to keep on disk.
       config_json: the resolved run config as a JSON string.
       compat_keys: dotted config fields ("model.d_model", "env.name") that must match the
-        config already stored in `directory`, if any; a mismatch raises `ValueError` before
-        anything is written.
+        config stored in `directory` by a run that saved a step; a mismatch raises
+        `ValueError` before anything is written. A stored config without any saved step (a
+        run that failed before its first save) binds nothing and is replaced.
       compat_defaults: for compat keys added after a run was saved, the value its stored
         config is taken to have (the one that keeps the behaviour it ran with), so that the
         run still resumes and evaluates: {"loss.kl_ctrl": "fixed"}.
@@ -109,7 +144,7 @@ class Checkpointer:
         self._config = json.loads(config_json)
         self.check_compatible(config_json)
         os.makedirs(self.directory, exist_ok=True)
-        self._write_config(config_json)
+        self._write_config(config_json, replace=not saved_steps(self.directory))
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
@@ -127,6 +162,8 @@ class Checkpointer:
         Args:
           config_json: the new run's resolved config as a JSON string.
         """
+        if not saved_steps(self.directory):
+            return
         stored = self._stored_config()
         if stored is None:
             return
@@ -148,8 +185,18 @@ class Checkpointer:
         """The stored config.json (None if absent), with `compat_defaults` for keys it lacks."""
         if not os.path.exists(self.config_path):
             return None
-        with open(self.config_path) as f:
-            stored = json.load(f)
+        try:
+            with open(self.config_path) as f:
+                stored = json.load(f)
+        except ValueError as e:
+            raise ValueError(
+                f"{self.config_path} is not a JSON config ({e}); it is written by the run that "
+                "saved the checkpoints beside it: restore it, or use a new workdir"
+            ) from None
+        if not isinstance(stored, dict):
+            raise ValueError(
+                f"{self.config_path} holds no config (a JSON object); found {stored!r:.80}"
+            )
         for dotted, value in self.compat_defaults.items():
             *parents, leaf = dotted.split(".")
             node = stored
@@ -161,9 +208,10 @@ class Checkpointer:
                 node.setdefault(leaf, value)
         return stored
 
-    def _write_config(self, config_json: str) -> None:
-        """Writes config.json atomically unless one exists (the first run's config wins)."""
-        if os.path.exists(self.config_path):
+    def _write_config(self, config_json: str, replace: bool) -> None:
+        """Writes config.json atomically, unless one exists and not `replace` (the config of
+        the first run that saved a step wins)."""
+        if os.path.exists(self.config_path) and not replace:
             return
         tmp = f"{self.config_path}.tmp.{os.getpid()}"
         with open(tmp, "w") as f:
@@ -229,15 +277,36 @@ class Checkpointer:
         try:
             return self._manager.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:
-            raise ValueError(f"Restoring step {step} from {self.directory} failed: {e}") from e
+            error = self._damaged(step, e)
+        _collect_quietly()
+        raise error
+
+    def _damaged(self, step: int, e: BaseException) -> ValueError:
+        """The one-line error for a step whose files do not read back (removed or truncated
+        by something other than this program: Orbax commits each step atomically)."""
+        earlier = [s for s in self.all_steps() if s < step]
+        where = os.path.join(self.directory, str(step))
+        if earlier:
+            hint = f"to resume from step {earlier[-1]}, move {where} out of the directory"
+        else:
+            hint = "no earlier step is saved; use a new workdir"
+        return ValueError(
+            f"Checkpoint step {step} in {self.directory} is damaged and does not restore "
+            f"({_first_line(e)}); {hint}"
+        )
 
     def _check_target(self, step: int, target: Any) -> None:
         """Compares leaf paths and shapes against the stored metadata, before Orbax reads.
 
         Orbax's own shape error names no leaf and leaves asyncio noise on stderr.
         """
-        metadata = self._manager.item_metadata(step)
-        stored = _tree_shapes(getattr(metadata, "tree", metadata))
+        try:
+            metadata = self._manager.item_metadata(step)
+            stored = _tree_shapes(getattr(metadata, "tree", metadata))
+        except Exception as e:
+            raise self._damaged(step, e) from e
+        if not stored or set(stored) == {""}:  # its metadata file is gone or empty
+            raise self._damaged(step, ValueError("the checkpoint's tree metadata is missing"))
         wanted = _tree_shapes(target)
         problems = []
         for path in sorted(stored.keys() | wanted.keys()):

@@ -176,6 +176,24 @@ def check_output_file(flag: str, path: str) -> None:
         fail(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
 
 
+def check_workdir(flag: str, path: str) -> None:
+    """Refuses (`fail`) a run folder `path` that is empty, a file, under a file, or whose
+    nearest existing folder this process cannot write: a folder that exists or can be made."""
+    existing = os.path.abspath(path)  # the part of the path that exists
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    allowed = "allowed: a folder that exists or can be created, writable by this process"
+    if not path:
+        fail(f"{flag}=''; {allowed}")
+    if not os.path.isdir(existing):
+        what = (
+            "is a file" if existing == os.path.abspath(path) else f"is under the file {existing!r}"
+        )
+        fail(f"{flag}={path!r} {what}; {allowed}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        fail(f"{flag}={path!r}: {existing!r} is not writable; {allowed}")
+
+
 def _flags_error_line(e: Exception) -> str:
     """absl's multi-line flag error (a wrong type, an unknown or missing flag, a config file
     whose `get_config` raised) as one line."""

@@ -33,30 +33,45 @@ flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
-    del argv
-    logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO
+    if len(argv) > 1:
+        config_utils.fail(f"unexpected arguments {argv[1:]}; allowed: flags only")
+    logging.set_verbosity(logging.ERROR)  # Orbax logs every restore at INFO, damage at WARNING
+    if not _SPLIT.value:
+        config_utils.fail(f"--split='': no split; allowed: a comma-separated list of {SPLITS}")
     for split in _SPLIT.value:
         if split not in SPLITS:
             config_utils.fail(f"--split={split!r} is not allowed; allowed: {list(SPLITS)}")
-    ckpt_dir = os.path.join(_WORKDIR.value, "checkpoints")
-    config_path = os.path.join(ckpt_dir, "config.json")
-    if not os.path.exists(config_path):
-        config_utils.fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
-    with open(config_path) as f:
-        stored = json.load(f)
-    # The stored config over today's defaults: a run saved before a field existed gets the
-    # field's default, which keeps the behaviour it was trained with (new options default off).
-    config = base.get_config()
-    config.unlock()
-    config.update(stored)
     if _NUM_TASKS.value < 0:
         config_utils.fail(
             f"--num_tasks={_NUM_TASKS.value}; allowed: >= 1, or 0 (= the run's eval_tasks)"
         )
+    if _STEP.value < -1:
+        config_utils.fail(f"--step={_STEP.value}; allowed: a saved step, or -1 (= the latest)")
+    if _SEED.value < -1:
+        config_utils.fail(f"--seed={_SEED.value}; allowed: >= 0, or -1 (= the run's eval_seed)")
+    ckpt_dir = os.path.join(_WORKDIR.value, "checkpoints")
+    config_path = os.path.join(ckpt_dir, "config.json")
+    if not os.path.exists(config_path):
+        config_utils.fail(f"--workdir={_WORKDIR.value!r} holds no run (no checkpoints/config.json)")
+    if not checkpoint_lib.saved_steps(ckpt_dir):
+        config_utils.fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
+    # The stored config over today's defaults: a run saved before a field existed gets the
+    # field's default, which keeps the behaviour it was trained with (new options default off).
+    config = base.get_config()
+    config.unlock()
+    try:
+        with open(config_path) as f:
+            config.update(json.load(f))
+    except (ValueError, TypeError, AttributeError) as e:  # not JSON, or fields of a wrong type
+        config_utils.fail(f"{config_path} is not this project's run config: {e}")
     if _SEED.value >= 0:
         config.train.eval_seed = _SEED.value
     try:
         exp = experiment.build(config)
+    except (ValueError, KeyError) as e:  # the stored config does not build today
+        config_utils.fail(f"{config_path}: {e}")
+    ckpt = None
+    try:
         ckpt = checkpoint_lib.Checkpointer(
             ckpt_dir,
             config_json=exp.config_json,
@@ -69,16 +84,24 @@ def main(argv):
         if step not in ckpt.all_steps():
             config_utils.fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
         state = ckpt.restore(step, exp.abstract_state())
-    except (ValueError, KeyError) as e:  # the stored config or checkpoint does not build
-        config_utils.fail(f"{config_path}: {e}")
+    except (ValueError, KeyError) as e:  # a damaged checkpoint, or one of other shapes
+        if ckpt is not None:
+            ckpt.close()
+        exp.close()
+        config_utils.fail(str(e))
     num_tasks = _NUM_TASKS.value or config.train.eval_tasks
+    try:
+        experiment.check_batch(num_tasks, 1, exp.mesh, field=f"--num_tasks={num_tasks}")
+    except ValueError as e:
+        config_utils.fail(str(e))
+    for split in _SPLIT.value:
+        if split not in exp.splits:
+            config_utils.fail(
+                f"--split={split!r}: this run has no such split; allowed: {list(exp.splits)}"
+            )
     rows = []
     try:
         for split in _SPLIT.value:
-            if split not in exp.splits:
-                config_utils.fail(
-                    f"--split={split!r}: this run has no such split; allowed: {list(exp.splits)}"
-                )
             ev = loop.evaluate(exp, state.params, split, num_tasks)
             rows.append({"split": split, "tasks": num_tasks, **ev})
     finally:

@@ -32,9 +32,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+    logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO, damage at WARNING
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        config_utils.fail(f"unexpected arguments {argv[1:]}; allowed: flags only")
+    config_utils.check_workdir("--workdir", _WORKDIR.value)
     config = _CONFIG.value
     try:
         # Before any JAX backend use: the processes must meet before devices are listed.
@@ -43,10 +44,12 @@ def main(argv):
             config.distributed.num_processes,
             config.distributed.process_id,
         )
-        loop.run(config, _WORKDIR.value)
+        summary = loop.run(config, _WORKDIR.value)
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if summary.get("interrupted"):
+        sys.exit(130)  # as a shell reports SIGINT; the checkpoint is saved
 
 
 if __name__ == "__main__":

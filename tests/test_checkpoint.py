@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import flax
 import jax
@@ -40,6 +41,12 @@ def _checkpointer(directory, config_json=None, **kwargs) -> Checkpointer:
     return Checkpointer(
         directory, config_json=config_json or _config(), compat_keys=COMPAT, **kwargs
     )
+
+
+def _saved(directory, config_json=None, **kwargs) -> None:
+    """A checkpoint directory holding one saved step (1) of a small state."""
+    with _checkpointer(directory, config_json, **kwargs) as ckpt:
+        ckpt.save(1, {"x": jnp.ones(3)})
 
 
 def _state(scale: float = 1.0) -> TrainState:
@@ -118,7 +125,7 @@ def test_checkpointer__restore_onto_single_device(tmp_path):
 
 
 def test_checkpointer__incompatible_config_names_fields_and_writes_nothing(tmp_path):
-    _checkpointer(tmp_path).close()
+    _saved(tmp_path)
     before = (tmp_path / "config.json").read_bytes()
     new = _config(model__d_model=128, env__name="alfworld", lr=3e-4)
     with pytest.raises(ValueError) as info:
@@ -129,18 +136,18 @@ def test_checkpointer__incompatible_config_names_fields_and_writes_nothing(tmp_p
     assert 'env.name: stored "gsm", new "alfworld"' in message
     assert "lr" not in message.split("differing fields")[1]  # not a compat key
     assert (tmp_path / "config.json").read_bytes() == before
-    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+    assert sorted(os.listdir(tmp_path)) == ["1", "config.json"]
 
 
 def test_checkpointer__compatible_config_keeps_first_config(tmp_path):
-    _checkpointer(tmp_path).close()
+    _saved(tmp_path)
     before = (tmp_path / "config.json").read_bytes()
     _checkpointer(tmp_path, config_json=_config(lr=3e-4)).close()  # lr is not a compat key
     assert (tmp_path / "config.json").read_bytes() == before
 
 
 def test_checkpointer__missing_compat_key_is_a_mismatch(tmp_path):
-    _checkpointer(tmp_path).close()
+    _saved(tmp_path)
     config = json.loads(_config())
     del config["env"]
     with pytest.raises(ValueError, match='env.name: stored "gsm", new <missing>'):
@@ -150,7 +157,7 @@ def test_checkpointer__missing_compat_key_is_a_mismatch(tmp_path):
 def test_checkpointer__compat_key_newer_than_the_run_takes_its_default(tmp_path):
     """A run saved before a compat key existed (here loss.ctrl) resumes under the key's
     default value, and is refused, naming the default, under any other."""
-    _checkpointer(tmp_path).close()  # stored config without loss.ctrl
+    _saved(tmp_path)  # stored config without loss.ctrl
     newer = json.loads(_config())
     newer["loss"] = {"ctrl": "fixed"}
 
@@ -219,3 +226,45 @@ def test_checkpointer__wrong_target_names_the_config_fields_that_changed(tmp_pat
         assert ckpt.config_diff() == ["  env.frozen_lake.size: stored <missing>, new 6"]
         with pytest.raises(ValueError, match=r"(?s)env.frozen_lake.size: stored <missing>, new 6"):
             ckpt.restore(1, wider)
+
+
+def test_checkpointer__stored_config_without_a_saved_step_binds_nothing(tmp_path):
+    """A run that failed before its first save leaves config.json alone: it neither refuses
+    the corrected run nor stays the workdir's config."""
+    _checkpointer(tmp_path).close()  # no step saved
+    new = _config(model__d_model=128)
+    _checkpointer(tmp_path, config_json=new).close()
+    assert json.loads((tmp_path / "config.json").read_text()) == json.loads(new)
+
+
+@pytest.mark.parametrize("damage", ["metadata", "item", "array_data"])
+def test_checkpointer__damaged_step_is_one_line_naming_the_intact_step(tmp_path, damage):
+    """A step whose files were removed from outside (Orbax commits each step atomically) is
+    refused in one line that names it and the step to fall back to."""
+    state = {"w": jnp.arange(60000.0).reshape(200, 300), "b": jnp.ones(4)}
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+        ckpt.save(2, state)
+    item = tmp_path / "2" / "default"
+    if damage == "metadata":
+        (item / "_METADATA").unlink()
+    elif damage == "item":
+        shutil.rmtree(item)
+    else:
+        shutil.rmtree(item / "ocdbt.process_0" / "d")
+    with _checkpointer(tmp_path) as ckpt:
+        with pytest.raises(ValueError) as info:
+            ckpt.restore(None, state)
+        message = str(info.value)
+        assert "\n" not in message and len(message) < 600, message
+        assert f"Checkpoint step 2 in {tmp_path} is damaged" in message
+        assert f"to resume from step 1, move {tmp_path / '2'} out of the directory" in message
+        _assert_tree_equal(ckpt.restore(1, state), state)  # the intact step still restores
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_checkpointer__unreadable_stored_config_names_the_file(tmp_path, text):
+    _saved(tmp_path)
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=f"{tmp_path / 'config.json'} (is not a JSON|holds no)"):
+        _checkpointer(tmp_path)

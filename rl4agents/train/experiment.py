@@ -39,6 +39,7 @@ COMPAT_KEYS = (
     "loss.kl_ctrl",  # "adaptive" keeps beta in the training state
     "optim.grad_clip",
     "optim.weight_decay",
+    "seed",  # a resumed run replays the randomness of the uninterrupted one
 )
 # Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
 COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed"}  # the adaptive controller came with 98fdac0

@@ -99,24 +99,30 @@ def run(
     )
     main = distributed.is_main()
     quiet = quiet or not main
-    os.makedirs(workdir, exist_ok=True)
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    _check_writable(workdir, ckpt_dir)
     ckpt = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, "checkpoints"),
+        ckpt_dir,
         max_to_keep=c.checkpoint.max_to_keep,
         config_json=exp.config_json,
         compat_keys=experiment_lib.COMPAT_KEYS,
         compat_defaults=experiment_lib.COMPAT_DEFAULTS,
     )
     start = ckpt.latest_step()
-    init_wall = _init_wall(c) if start is None else 0.0
-    if start is None:
-        state, start = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1)), 0
-        if c.init.params:
-            state = _warm_start(exp, state, c.init.params)
-        elif c.model.get("checkpoint", ""):  # a pretrained model (scale-out, real checkpoints)
-            state = _start_from(state, exp.pretrained_params())
-    else:
-        state = ckpt.restore(start, exp.abstract_state())
+    try:
+        init_wall = _init_wall(c) if start is None else 0.0
+        if start is None:
+            state, start = exp.init_state(jax.random.fold_in(exp.root_key(), 2**31 - 1)), 0
+            if c.init.params:
+                state = _warm_start(exp, state, c.init.params)
+            elif c.model.get("checkpoint", ""):  # a pretrained model (real checkpoints)
+                state = _start_from(state, exp.pretrained_params())
+        else:
+            state = ckpt.restore(start, exp.abstract_state())
+    except BaseException:  # Orbax's threads otherwise outlive the error message
+        ckpt.close()
+        exp.close()
+        raise
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
     wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=init_wall)
@@ -126,6 +132,7 @@ def run(
     t0 = time.perf_counter() - wall_offset
     milestones = _milestones(previous)
     num_steps = c.train.num_steps
+    interrupted = False
     bar = tqdm.tqdm(
         total=num_steps,
         initial=start,
@@ -140,6 +147,11 @@ def run(
     finished = start >= num_steps
     with _StopRequest() as stop:
         try:
+            # Interrupted in that step's evaluation: redo it (all processes agree first).
+            if distributed.any_process([_eval_missing(previous, start, c)])[0]:
+                ev = evaluate(exp, state.params, "test", c.train.eval_tasks)
+                writer.write(start, ev, prefix="eval_test", wall_time=wall_offset)
+                _update_milestones(milestones, ev["greedy_success"], start, wall_offset)
             while step < num_steps:
                 t_step = time.perf_counter()
                 state, metrics = exp.train_step(state, root)
@@ -179,6 +191,7 @@ def run(
                 ):
                     break
         except KeyboardInterrupt:
+            interrupted = True
             if not quiet:
                 print(f"\nInterrupted at step {step}; saving a checkpoint.")
         finally:
@@ -195,13 +208,42 @@ def run(
             time.perf_counter() - t0,
             milestones,
             compile_s,
-            final=finished,
+            final=finished and not interrupted,
             quiet=quiet,
         )
+        summary["interrupted"] = interrupted
     finally:
         ckpt.close()
         exp.close()
     return summary
+
+
+def _check_writable(workdir: str, ckpt_dir: str) -> None:
+    """Raises `ValueError` unless `workdir` and its checkpoint folder can be created and
+    written (a file written and removed in each), before any work: Orbax's failed
+    asynchronous save would otherwise surface only at the first checkpoint, after the work."""
+    for folder in (workdir, ckpt_dir):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            probe = os.path.join(folder, f".write_probe.{os.getpid()}")
+            with open(probe, "w") as f:
+                f.write("ok\n")
+            os.remove(probe)
+        except OSError as e:
+            raise ValueError(
+                f"workdir {workdir!r}: {folder!r} is not a writable folder ({e.strerror}); "
+                "allowed: a folder this process can create and write"
+            ) from None
+
+
+def _eval_missing(previous: list[dict], start: int, c) -> bool:
+    """Whether the resumed step `start` is an evaluation step whose held-out evaluation row
+    is missing from the metrics (the run was interrupted during that evaluation, after its
+    train row and before its checkpoint)."""
+    is_eval_step = start % c.train.eval_every == 0 or start == c.train.num_steps
+    if start == 0 or not is_eval_step:
+        return False
+    return not any(r.get("step") == start and "eval_test/greedy_success" in r for r in previous)
 
 
 def _warm_start(exp, state, directory: str):

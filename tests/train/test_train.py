@@ -35,8 +35,8 @@ def tiny_config(**overrides):
     c.checkpoint.every = 2
     c.log.progress = False
     for key, value in overrides.items():
-        section, field = key.split(".")
-        c[section][field] = value
+        *section, field = key.split(".")
+        (c[section[0]] if section else c)[field] = value
     c.lock()
     return c
 
@@ -160,6 +160,17 @@ def test_loop__incompatible_checkpoint_fails_and_keeps_files(tmp_path, full_run)
     assert _files(workdir) == before  # nothing written, nothing lost
 
 
+def test_loop__resume_under_another_seed_is_refused(tmp_path, full_run):
+    # A resumed run replays the randomness of the uninterrupted one: not under a new seed.
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    before = _files(workdir)
+    seed = loop_config().seed
+    with pytest.raises(ValueError, match=rf"seed: stored {seed}, new {seed + 1}"):
+        loop.run(loop_config(**{"seed": seed + 1}), str(workdir), quiet=True)
+    assert _files(workdir) == before
+
+
 def test_loop__vocabulary_change_names_the_env_field(tmp_path, full_run):
     # The vocabulary follows from the environment's fields, not from one config key: a
     # changed one is refused with the field, not only with the embedding's shapes.
@@ -177,6 +188,47 @@ def test_loop__vocabulary_change_names_the_env_field(tmp_path, full_run):
     with pytest.raises(ValueError, match=pattern):
         loop.run(config, str(workdir), quiet=True)
     assert _files(workdir) == before
+
+
+def _set_stored(workdir, section, field, value):
+    path = workdir / "checkpoints" / "config.json"
+    stored = json.loads(path.read_text())
+    stored[section][field] = value
+    path.write_text(json.dumps(stored))
+
+
+def test_loop__interrupted_during_evaluation_redoes_it_on_resume(tmp_path, full_run, monkeypatch):
+    # Ctrl-C in step 2's evaluation: step 2's checkpoint is saved without its eval row. The
+    # resumed run evaluates step 2 again and ends with the uninterrupted run's metrics.
+    evaluate = loop.evaluate
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    workdir = tmp_path / "run"
+    monkeypatch.setattr(loop, "evaluate", interrupted)
+    summary = loop.run(loop_config(), str(workdir), quiet=True)
+    assert summary["interrupted"] and not summary["finished"] and summary["steps"] == 2
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "config.json"]
+    assert not any("eval_test/greedy_success" in r for r in _rows(workdir))
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    summary = loop.run(loop_config(), str(workdir), quiet=True)
+    assert summary["finished"] and not summary["interrupted"]
+    assert _rows(workdir) == _rows(full_run)
+
+
+def _rows(d):
+    return [
+        {k: v for k, v in r.items() if k != "wall_time"}
+        for r in writers.read_metrics(d / "metrics.jsonl")
+    ]
+
+
+def test_loop__unwritable_workdir_is_refused_before_any_work(tmp_path):
+    (tmp_path / "afile").write_text("keep me\n")
+    with pytest.raises(ValueError, match=r"is not a writable folder \(Not a directory\)"):
+        loop.run(loop_config(), str(tmp_path / "afile" / "run"), quiet=True)
+    assert os.listdir(tmp_path) == ["afile"]
 
 
 def _eval_cli(*flags):
@@ -212,6 +264,25 @@ def test_eval_cli__prints_table_and_refuses_bad_flags_in_one_line(tmp_path, full
         ((f"--workdir={full_run}", "--step=3"), "--step=3 is not saved; saved steps: [2, 4]"),
         ((f"--workdir={tmp_path / 'none'}",), "holds no run"),
         ((f"--workdir={broken}",), "train.eval_every=0; allowed: >= 1"),
+        ((f"--workdir={full_run}", "--split="), "--split='': no split"),
+        ((f"--workdir={full_run}", "--step=-5"), "--step=-5; allowed: a saved step, or -1"),
+        ((f"--workdir={full_run}", "--seed=-5"), "--seed=-5; allowed: >= 0, or -1"),
+        ((f"--workdir={full_run}", "extra"), "unexpected arguments ['extra']"),
+        # 8 devices in the tests (tests/conftest.py): the tasks are split over them.
+        ((f"--workdir={full_run}", "--num_tasks=3"), "--num_tasks=3: batch of 3 episodes"),
+    ]
+    # A stored config that is no JSON, or whose fields have other types; a damaged step.
+    for name, damage in [
+        ("nojson", lambda d: (d / "checkpoints" / "config.json").write_text("{not json")),
+        ("types", lambda d: _set_stored(d, "optim", "lr", "fast")),
+        ("damaged", lambda d: (d / "checkpoints" / "4" / "default" / "_METADATA").unlink()),
+    ]:
+        shutil.copytree(full_run, tmp_path / name)
+        damage(tmp_path / name)
+    cases += [
+        ((f"--workdir={tmp_path / 'nojson'}",), "is not this project's run config: Expecting"),
+        ((f"--workdir={tmp_path / 'types'}",), "is not this project's run config"),
+        ((f"--workdir={tmp_path / 'damaged'}",), "Checkpoint step 4 in"),
     ]
     for flags, message in cases:
         out = _eval_cli(*flags)
