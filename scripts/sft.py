@@ -7,14 +7,28 @@
 Uses the same config as the RL run (so the environment, vocabulary and model agree) and its
 `sft` section: `num_demos` oracle episodes on training tasks, `keep` ("success" or "all"),
 `steps`, `batch_size`, `lr`. Writes `<workdir>/params/` (the parameters RL starts from),
-`metrics.jsonl`, TensorBoard events, `curves.png` and `summary.json`, and prints the held-out
-success of the cloned policy before and after.
+`metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and `summary.json`, and prints the
+held-out success of the cloned policy before and after.
+
+The workdir is a new directory, or one holding no run's output: SFT does not resume or
+overwrite. At start-up, before any demonstration is collected, a --workdir that is empty, a
+file, under a file or not writable, or one that already holds any of `OUTPUTS` (an SFT run's
+files, an RL run's `checkpoints/`, a checkpoint's `config.json` or step folders) is refused
+in one line, exit status 2, with nothing in it changed. That includes rerunning a finished SFT
+run, with its config or another: its parameters are there to use (`--config.init.params`);
+clone again into a new workdir. Other files there (notes) are left alone.
+
+The run writes into `<workdir>/.sft_incomplete/` and moves the files into the workdir once all
+are written, `summary.json` last: an interrupted run leaves only that folder, which the next
+run in the workdir discards, so rerunning an interrupted warm start (scripts/quickstart.sh)
+starts it afresh.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -28,9 +42,79 @@ _CONFIG = config_utils.define_config_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 flags.mark_flags_as_required(["config", "workdir"])
 
+# Everything a run writes into its workdir (kept equal to what `run` publishes).
+OUTPUTS = ("metrics.jsonl", "tb", "params", "curves.png", "summary.json")
+RL_OUTPUTS = ("checkpoints", "summary.json.tmp")  # scripts/train.py's own, beside OUTPUTS
+CHECKPOINT_CONFIG = "config.json"  # rl4agents.checkpoint.CONFIG_NAME, beside step folders
+STAGING = ".sft_incomplete"  # where a run writes until its output is complete
+_ALLOWED = "allowed: a new directory, or one holding no run's output"
+_SHOWN = 8  # entries named in a refusal
+
+
+def _run_output(workdir: str) -> list[str]:
+    """The entries of an existing directory `workdir` that are some run's output."""
+    found = []
+    for name in sorted(os.listdir(workdir)):
+        if (
+            name in OUTPUTS
+            or name in RL_OUTPUTS
+            or name == CHECKPOINT_CONFIG
+            or name.isdigit()  # a checkpoint's step folder
+            or name.startswith("metrics.jsonl.tmp")  # a metrics rewrite in flight
+        ):
+            found.append(name + "/" if os.path.isdir(os.path.join(workdir, name)) else name)
+    return found
+
+
+def workdir_problem(workdir: str) -> str | None:
+    """Why an existing-or-new `workdir` (`config_utils.check_workdir` passed) cannot take this
+    run's output (the one-line refusal), or None. Reads only: a refusal changes nothing."""
+    flag = f"--workdir={workdir!r}"
+    if not os.path.isdir(workdir):
+        return None  # a new directory
+    found = _run_output(workdir)
+    if not found:
+        return None
+    shown = ", ".join(found[:_SHOWN]) + (f", ... ({len(found)} in all)" if found[_SHOWN:] else "")
+    if "checkpoints/" in found:
+        what = f"a scripts/train.py run ({shown}), which SFT would overwrite"
+    elif {"params/", "summary.json"} <= set(found):
+        what = (
+            f"a finished SFT run ({shown}), kept as it is: RL starts from it with "
+            f"--config.init.params={workdir}, or clone again into a new --workdir"
+        )
+    else:
+        what = f"run output ({shown}), which SFT would overwrite"
+    return f"{flag} already holds {what}; {_ALLOWED}"
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _publish(staging: str, workdir: str) -> None:
+    """Moves the complete output from `staging` into `workdir`, `summary.json` last (the mark
+    of a finished run); refuses to replace anything that appeared there meanwhile."""
+    names = sorted(os.listdir(staging), key=lambda name: (name == "summary.json", name))
+    clash = [name for name in names if os.path.lexists(os.path.join(workdir, name))]
+    if clash:
+        raise ValueError(
+            f"--workdir={workdir!r} gained {', '.join(clash)} while SFT ran (another run?); "
+            f"this run's output is left in {staging}; {_ALLOWED}"
+        )
+    for name in names:
+        os.rename(os.path.join(staging, name), os.path.join(workdir, name))
+    os.rmdir(staging)
+
 
 def run(config, workdir: str, quiet: bool = False) -> dict:
-    """Collect demonstrations, clone them, evaluate, save; returns the summary dict."""
+    """Collect demonstrations, clone them, evaluate, save; returns the summary dict.
+
+    `workdir` passed `workdir_problem` (main checks it before this starts): the output is
+    written into `workdir/STAGING` and moved into `workdir` once complete."""
     import jax
     import numpy as np
     import tqdm
@@ -69,7 +153,9 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     opt = sft.make_optimizer(scfg)
     step_fn = sft.make_step(exp.step_cfg.graphdef, opt, exp.mesh)
     params, opt_state = state.params, sft.init_opt_state(opt, state.params, exp.mesh)
-    writer = writers.MetricWriter(workdir, resume_step=0)
+    staging = os.path.join(workdir, STAGING)
+    _remove(staging)  # an interrupted run's incomplete output
+    writer = writers.MetricWriter(staging)
     first = last = None
     bar_off = quiet or not config.log.progress
     stream = sft.minibatches(demos, c.batch_size, jax.random.fold_in(root, 2))
@@ -83,10 +169,10 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     after = {s: loop.evaluate(exp, params, s, config.train.eval_tasks) for s in ("test", "ood")}
     writer.write(c.steps, after["test"], prefix="eval_test", wall_time=time.perf_counter() - t0)
     writer.close()
-    sft.save_params(workdir, params, c.steps, exp.config_json, experiment.INIT_COMPAT_KEYS)
+    sft.save_params(staging, params, c.steps, exp.config_json, experiment.INIT_COMPAT_KEYS)
     writers.plot_curves(
-        os.path.join(workdir, writers.METRICS_NAME),
-        os.path.join(workdir, "curves.png"),
+        os.path.join(staging, writers.METRICS_NAME),
+        os.path.join(staging, "curves.png"),
         ["sft/nll"],
         title=f"SFT {config.env.name}",
     )
@@ -105,8 +191,9 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
         "ood": after["ood"],
         "params": os.path.join(workdir, sft.PARAMS_DIR),
     }
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
+    with open(os.path.join(staging, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
+    _publish(staging, workdir)
     if not quiet:
         rows = [
             {"split": s, **{k: after[s][k] for k in ("greedy_success", "sampled_success")}}
@@ -127,10 +214,10 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
         config_utils.fail(f"unexpected arguments: {argv[1:]}")
-    if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
-        config_utils.fail(
-            f"--workdir={_WORKDIR.value!r} is a file; allowed: a directory (new or existing)"
-        )
+    config_utils.check_workdir("--workdir", _WORKDIR.value)
+    problem = workdir_problem(_WORKDIR.value)
+    if problem:
+        config_utils.fail(problem)
     try:
         run(_CONFIG.value, _WORKDIR.value)
     except (ValueError, KeyError, FileNotFoundError) as e:
