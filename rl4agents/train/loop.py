@@ -109,6 +109,15 @@ def run(
         compat_defaults=experiment_lib.COMPAT_DEFAULTS,
     )
     start = ckpt.latest_step()
+    # A rerun of a finished run, config unchanged.
+    done = None if ckpt.config_diff() else _finished_summary(workdir, start, c.train.num_steps)
+    # Nothing to train or evaluate: its files stay as they are (every process agrees first).
+    if not distributed.any_process([done is None])[0]:
+        ckpt.close()
+        exp.close()
+        if not quiet:
+            print(f"Already finished at step {start}: {os.path.join(workdir, 'summary.json')}")
+        return done
     try:
         init_wall = _init_wall(c) if start is None else 0.0
         if start is None:
@@ -211,11 +220,31 @@ def run(
             final=finished and not interrupted,
             quiet=quiet,
         )
-        summary["interrupted"] = interrupted
+    except KeyboardInterrupt:  # in the final evaluation; the checkpoint is saved
+        if not quiet:
+            print(f"\nInterrupted in the final evaluation at step {step}; rerun to finish.")
+        interrupted = True
+        summary = {"steps": int(step), "finished": False}
     finally:
         ckpt.close()
         exp.close()
+    summary["interrupted"] = interrupted
     return summary
+
+
+def _finished_summary(workdir: str, start: int | None, num_steps: int) -> dict | None:
+    """The workdir's summary.json if it records this run finished at its last checkpoint
+    `start` and `num_steps` asks for no more (a rerun of a finished run), else None."""
+    try:
+        with open(os.path.join(workdir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or start is None or start < num_steps:
+        return None
+    if summary.get("finished") is not True or summary.get("steps") != start:
+        return None
+    return {**summary, "interrupted": False}
 
 
 def _check_writable(workdir: str, ckpt_dir: str) -> None:

@@ -217,6 +217,38 @@ def test_loop__interrupted_during_evaluation_redoes_it_on_resume(tmp_path, full_
     assert _rows(workdir) == _rows(full_run)
 
 
+def test_loop__interrupted_in_the_final_evaluation_finishes_on_rerun(
+    tmp_path, full_run, monkeypatch
+):
+    evaluate, calls = loop.evaluate, []
+
+    def interrupted_third(*args):  # steps 2 and 4, then the final evaluation's first split
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return evaluate(*args)
+
+    workdir = tmp_path / "run"
+    monkeypatch.setattr(loop, "evaluate", interrupted_third)
+    summary = loop.run(loop_config(), str(workdir), quiet=True)
+    assert summary == {"steps": 4, "finished": False, "interrupted": True}
+    assert not (workdir / "summary.json").exists()
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    summary = loop.run(loop_config(), str(workdir), quiet=True)
+    full = json.loads((full_run / "summary.json").read_text())
+    assert summary["finished"] and summary["eval_test"] == full["eval_test"]
+    assert _rows(workdir) == _rows(full_run)
+
+
+def test_loop__rerun_of_a_finished_run_changes_nothing(tmp_path, full_run):
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    before = _files(workdir)
+    summary = loop.run(loop_config(), str(workdir), quiet=True)
+    assert summary == {**json.loads((full_run / "summary.json").read_text()), "interrupted": False}
+    assert _files(workdir) == before
+
+
 def _rows(d):
     return [
         {k: v for k, v in r.items() if k != "wall_time"}
