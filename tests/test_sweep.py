@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 from absl import flags
@@ -566,14 +567,18 @@ def test_runner__interrupt_stops_workers_and_rerun_continues(fake):
     env = dict(os.environ, FAKE_BEHAVIOUR=json.dumps({"base": "hang"}))
     cmd = [sys.executable, str(ROOT / "scripts" / "sweep.py"), *fake["args"]]
     # A child inherits an ignored SIGINT (e.g. under `nohup ... &`); give it the default back
-    # so that Python installs its Ctrl-C handler, as in an interactive shell.
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # so that Python installs its Ctrl-C handler, as in an interactive shell. JAX, started in
+    # this process, warns at any fork with Python code before the exec: one signal call is
+    # no deadlock risk.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     pids = [
         out / d / "pid.txt" for d in ("base__optim.lr=0.1__seed=0", "base__optim.lr=0.1__seed=1")
     ]
