@@ -147,6 +147,7 @@ def test_bad_workdir_path__refused_in_one_line_naming_the_flag(tmp_path, case):
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.slow  # a real SFT run through the script: ~40 s, mostly compiling
 def test_run__publishes_complete_output_then_reruns_are_refused(tmp_path):
     work = tmp_path / "w"
     # A user's file stays; an interrupted run's incomplete output is discarded.
