@@ -43,14 +43,17 @@ def _prepare(
     mask: jax.Array,
     weights: jax.Array | None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array | None]:
-    """Shape checks; zeros off the mask in every input; stop-gradient on `weights`."""
+    """Shape checks; every input in f32 (bf16 log-probs too: the ratio is exp of their
+    difference), zeros off the mask; stop-gradient on `weights`."""
     chex.assert_rank(logp, 2)
     chex.assert_equal_shape([logp, logp_old, advantages, mask])
     mask = mask.astype(bool)
     if weights is not None:
         chex.assert_equal_shape([logp, weights])
-        weights = jax.lax.stop_gradient(jnp.where(mask, weights, 0.0))
-    logp, logp_old, advantages = (jnp.where(mask, x, 0.0) for x in (logp, logp_old, advantages))
+        weights = jax.lax.stop_gradient(jnp.where(mask, weights.astype(jnp.float32), 0.0))
+    logp, logp_old, advantages = (
+        jnp.where(mask, x.astype(jnp.float32), 0.0) for x in (logp, logp_old, advantages)
+    )
     return logp, logp_old, advantages, mask, weights
 
 
@@ -436,6 +439,7 @@ def value_loss(
     """
     chex.assert_rank(values, 2)
     chex.assert_equal_shape([values, values_old, returns, mask])
+    values, values_old, returns = (x.astype(jnp.float32) for x in (values, values_old, returns))
     loss1 = jnp.square(values - returns)
     if clip is None:
         loss2 = loss1

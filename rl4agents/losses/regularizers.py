@@ -52,6 +52,7 @@ def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k3") -> jax.Ar
       f32[...] per-token penalty; mask and aggregate it with `losses.aggregate`.
     """
     chex.assert_equal_shape([logp, logp_ref])
+    logp, logp_ref = logp.astype(jnp.float32), logp_ref.astype(jnp.float32)
     straight_through = kind.endswith("+")
     base = _KL_ALIASES.get(kind[:-1] if straight_through else kind)
     if base is None:

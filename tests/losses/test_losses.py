@@ -319,3 +319,34 @@ def test_entropy__matches_numpy():
     np.testing.assert_allclose(float(losses.entropy_from_logits(jnp.zeros(11))), math.log(11))
     hot = losses.entropy_from_logits(jnp.asarray(logits[0, 1]), temperature=1e3)
     np.testing.assert_allclose(float(hot), math.log(11), rtol=1e-3)
+
+
+# ---- dtypes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_policy_losses__bf16_inputs_compute_in_f32(name):
+    # The documented f32 loss and metrics, computed as from the same values in f32.
+    rng = np.random.default_rng(0)
+    lp = jnp.asarray(-rng.random((2, 8)), jnp.bfloat16)
+    adv = jnp.asarray(rng.normal(size=(2, 8)), jnp.bfloat16)
+    mask = jnp.asarray(rng.random((2, 8)) < 0.7)
+    fn = losses.get(name)
+    loss, metrics = fn(lp, lp - 0.1, adv, mask)
+    want, want_metrics = fn(*(x.astype(jnp.float32) for x in (lp, lp - 0.1, adv)), mask)
+    assert loss.dtype == jnp.float32 and all(v.dtype == jnp.float32 for v in metrics.values())
+    np.testing.assert_allclose(loss, want, rtol=RTOL, atol=ATOL)
+    for key, value in want_metrics.items():
+        np.testing.assert_allclose(metrics[key], value, rtol=RTOL, atol=ATOL)
+
+
+def test_value_loss_and_kl__bf16_inputs_compute_in_f32():
+    rng = np.random.default_rng(1)
+    v = jnp.asarray(rng.normal(size=(2, 8)), jnp.bfloat16)
+    mask = jnp.asarray(rng.random((2, 8)) < 0.7)
+    loss, metrics = losses.value_loss(v, v + 0.3, v + 1.0, mask)
+    assert loss.dtype == jnp.float32 and all(m.dtype == jnp.float32 for m in metrics.values())
+    kl = losses.kl_penalty(v, v + 0.1, "k3")
+    want = losses.kl_penalty(v.astype(jnp.float32), (v + 0.1).astype(jnp.float32), "k3")
+    assert kl.dtype == jnp.float32
+    np.testing.assert_allclose(kl, want, rtol=RTOL, atol=ATOL)
