@@ -166,12 +166,23 @@ class ArgumentParser(argparse.ArgumentParser):
         fail(message)
 
 
+def one_line(text: str) -> str:
+    """A multi-line message as one line: its non-blank lines, stripped, joined by "; "."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _nearest_existing(path: str) -> str:
+    """The longest prefix of the absolute `path` that exists."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    return existing
+
+
 def check_output_file(flag: str, path: str) -> None:
     """Refuses (`fail`) an output `path` that is empty, a directory, or whose nearest existing
     folder is a file: a file path whose missing folders can be created is allowed."""
-    existing = os.path.dirname(os.path.abspath(path))  # the part of its folder that exists
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
+    existing = _nearest_existing(os.path.dirname(os.path.abspath(path)))
     if not path or os.path.isdir(path) or not os.path.isdir(existing):
         fail(f"{flag}={path!r}; allowed: a file path (its missing folders are created)")
 
@@ -179,9 +190,7 @@ def check_output_file(flag: str, path: str) -> None:
 def check_workdir(flag: str, path: str) -> None:
     """Refuses (`fail`) a run folder `path` that is empty, a file, under a file, or whose
     nearest existing folder this process cannot write: a folder that exists or can be made."""
-    existing = os.path.abspath(path)  # the part of the path that exists
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
+    existing = _nearest_existing(path)
     allowed = "allowed: a folder that exists or can be created, writable by this process"
     if not path:
         fail(f"{flag}=''; {allowed}")

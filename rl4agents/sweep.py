@@ -44,12 +44,14 @@ from typing import Any
 import ml_collections
 
 from rl4agents import config_utils
+from rl4agents.train import writers
 
 SEED_KEY = "seed"
 CONFIG_NAME = "config.json"  # the resolved config, written by scripts/sweep.py
 COMMAND_NAME = "command.txt"
 LOG_NAME = "log.txt"
-SUMMARY_NAME = "summary.json"  # written by rl4agents/train/loop.py
+SUMMARY_NAME = writers.SUMMARY_NAME
+read_summary = writers.read_summary  # the run's summary.json, or None
 METRICS_NAME = "metrics.jsonl"
 PLAN_NAME = "sweep.json"  # the expanded study, in the sweep's output directory
 
@@ -330,7 +332,7 @@ def load_study(path: str) -> Study:
     try:
         runs = expand(points, base)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"study file {path!r}: {_one_line(str(e))}") from e
+        raise ValueError(f"study file {path!r}: {config_utils.one_line(str(e))}") from e
     return Study(os.path.splitext(os.path.basename(path))[0], path, base, runs)
 
 
@@ -347,10 +349,6 @@ def _load_module(path: str, prefix: str):
     return module
 
 
-def _one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -364,7 +362,7 @@ def _describe(e: BaseException, path: str) -> str:
         if e.filename and os.path.abspath(e.filename) != os.path.abspath(path):
             where = f"{e.filename}, {where}"
         return f"{type(e).__name__}: {e.msg} ({where})"
-    text = _one_line(str(e))
+    text = config_utils.one_line(str(e))
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
@@ -554,16 +552,6 @@ def config_diff(a: Mapping, b: Mapping, ignore: Iterable[str] = ()) -> list[str]
 
 def _plain(value: Any) -> Any:
     return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
-
-
-def read_summary(workdir: str) -> dict | None:
-    """The run's summary.json, or None if absent or unreadable."""
-    path = os.path.join(workdir, SUMMARY_NAME)
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def is_complete(workdir: str) -> bool:

@@ -78,9 +78,7 @@ def main(argv):
             compat_keys=experiment.COMPAT_KEYS,
             compat_defaults=experiment.COMPAT_DEFAULTS,
         )
-        step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value
-        if step is None:
-            config_utils.fail(f"--workdir={_WORKDIR.value!r} has no checkpoint yet")
+        step = ckpt.latest_step() if _STEP.value < 0 else _STEP.value  # steps exist: checked
         if step not in ckpt.all_steps():
             config_utils.fail(f"--step={step} is not saved; saved steps: {ckpt.all_steps()}")
         state = ckpt.restore(step, exp.abstract_state())

@@ -304,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or os.path.join("runs", "sweeps", study.name)
         jobs = plan(study, out, args.train_script)
     except ValueError as e:  # a bad study file or run (`load_study`, `plan`)
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        print(f"error: {'; '.join(lines)}", file=sys.stderr)
+        print(f"error: {config_utils.one_line(str(e))}", file=sys.stderr)
         return 2
     selected = [j for j in jobs if args.only is None or args.only in j.run.name]
     if not selected:

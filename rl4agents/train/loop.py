@@ -235,11 +235,7 @@ def run(
 def _finished_summary(workdir: str, start: int | None, num_steps: int) -> dict | None:
     """The workdir's summary.json if it records this run finished at its last checkpoint
     `start` and `num_steps` asks for no more (a rerun of a finished run), else None."""
-    try:
-        with open(os.path.join(workdir, "summary.json")) as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        return None
+    summary = writers.read_summary(workdir)
     if not isinstance(summary, dict) or start is None or start < num_steps:
         return None
     if summary.get("finished") is not True or summary.get("steps") != start:

@@ -19,7 +19,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 METRICS_NAME = "metrics.jsonl"
+SUMMARY_NAME = "summary.json"  # written by rl4agents/train/loop.py at the end of a run
 TB_DIR = "tb"
+
+
+def read_summary(workdir: str | os.PathLike) -> dict | None:
+    """The run's summary.json, or None if absent or unreadable."""
+    try:
+        with open(os.path.join(workdir, SUMMARY_NAME)) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
