@@ -4,18 +4,30 @@ Layout of a checkpoint directory:
 
     directory/config.json      the resolved config of the first run that saved a step
     directory/<step>/...        one Orbax checkpoint per saved step (atomic: temp dir + rename)
+    directory/<step>/checksums.sha256   the sha256 of every other file of the step
 
 Saves are asynchronous: `save` returns once the arrays are copied off the device, and
-`wait()` blocks until the files are committed. Restores always go through an abstract target
-(shapes, dtypes, shardings), so namedtuples (optax states) and `flax.struct` dataclasses come
-back with their Python types and each array lands on the sharding asked for.
+`wait()` blocks until the files are committed. A save that fails in the background (a full
+disk, an unwritable folder) raises `CheckpointError` from the next `save`, `wait` or `close`.
+Restores always go through an abstract target (shapes, dtypes, shardings), so namedtuples
+(optax states) and `flax.struct` dataclasses come back with their Python types and each array
+lands on the sharding asked for.
+
+Integrity: once a step's save is committed (at the next `save`, `wait` or `close`), the sha256
+of each of its files is written to `<step>/checksums.sha256` (the `sha256sum` format, written
+atomically; Orbax lists steps by folder and ignores it). `restore` verifies it first and
+refuses a step whose files changed. A step without the file (saved before checksums existed,
+or by a run killed between the commit and the checksum) restores unverified.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
+import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +38,18 @@ import orbax.checkpoint as ocp
 
 _MISSING = object()
 CONFIG_NAME = "config.json"
+CHECKSUMS_NAME = "checksums.sha256"  # inside each step folder
 _MAX_LINES = 12  # per list in an error message
+_ORBAX_DIR = os.path.dirname(ocp.__file__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint save failed (a full disk, an unwritable folder). Its message is one line
+    naming the step, the cause and the last good checkpoint, which stays on disk:
+
+        checkpoint save of step 8 failed: [Errno 28] No space left on device; last good
+        checkpoint: step 6 (/run/checkpoints/6)
+    """
 
 
 def _lookup(config: dict, dotted: str) -> Any:
@@ -79,6 +102,127 @@ def _collect_quietly() -> None:
         gc.collect()
     finally:
         sys.unraisablehook = hook
+
+
+class _MuteOrbaxErrors(logging.Filter):
+    """Drops Orbax's ERROR records (tracebacks of a failed save or restore, dozens of lines
+    each, logged from its threads, some after the failure was raised): the failure reaches
+    the caller as an exception, which this module turns into one line. Other libraries'
+    records and Orbax's warnings pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR or not record.pathname.startswith(_ORBAX_DIR)
+
+
+def _closed_loop_report(unraisable: Any) -> bool:
+    """Whether an unraisable exception is asyncio's "Event loop is closed": a TensorStore
+    read or write still in flight when Orbax's operation failed completes after Orbax closed
+    its event loop, and its callback has nowhere to go (nothing is lost: the operation
+    already failed)."""
+    e = unraisable.exc_value
+    return isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
+
+
+def _mute_orbax_noise() -> None:
+    """Installs, once per process, the `_MuteOrbaxErrors` filter on absl's logger (Orbax
+    logs through absl) and an unraisable-exception hook dropping `_closed_loop_report`s.
+    Process-wide and kept: the reports arrive from Orbax's and TensorStore's threads, also
+    after the failing call returned."""
+    absl_logger = logging.getLogger("absl")
+    if any(isinstance(f, _MuteOrbaxErrors) for f in absl_logger.filters):
+        return
+    absl_logger.addFilter(_MuteOrbaxErrors())
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not _closed_loop_report(unraisable):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def _cause(e: BaseException) -> str:
+    """An OS error (raised by Python, or reported by TensorStore as "... [os_error_code=28]")
+    as "[Errno 28] No space left on device"; anything else as `_first_line`."""
+    for x in (e, e.__cause__, e.__context__):
+        if isinstance(x, OSError) and x.errno is not None and x.strerror:
+            return f"[Errno {x.errno}] {x.strerror}"
+    code = re.search(r"os_error_code='?(\d+)", str(e))
+    if code:
+        return f"[Errno {code[1]}] {os.strerror(int(code[1]))}"
+    return _first_line(e)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _step_files(step_dir: str) -> list[str]:
+    """Every file under `step_dir` but the checksum file (and its temporary copies), as
+    sorted "/"-separated paths relative to `step_dir`."""
+    out = []
+    for root, _, files in os.walk(step_dir):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), step_dir).replace(os.sep, "/")
+            if not rel.startswith(CHECKSUMS_NAME):
+                out.append(rel)
+    return sorted(out)
+
+
+def write_checksums(step_dir: str | os.PathLike) -> str:
+    """Writes `step_dir/checksums.sha256`: one "<sha256 hex>  <relative path>" line per file
+    of a committed step (the `sha256sum` format, so `sha256sum -c` checks it too), atomically
+    (a temporary file, fsync, rename).
+
+    Returns:
+      The checksum file's path.
+    """
+    step_dir = os.fspath(step_dir)
+    lines = [f"{_sha256(os.path.join(step_dir, rel))}  {rel}\n" for rel in _step_files(step_dir)]
+    path = os.path.join(step_dir, CHECKSUMS_NAME)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.writelines(lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(step_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself survives a crash
+    finally:
+        os.close(fd)
+    return path
+
+
+def verify_checksums(step_dir: str | os.PathLike) -> str | None:
+    """Checks the files of a step against its `checksums.sha256`.
+
+    Returns:
+      None if every listed file has its recorded sha256, or if the step has no checksum
+      file (saved before checksums existed: unverified); else a short description of the
+      first problem ("sha256 of default/d/ab12 differs from checksums.sha256").
+    """
+    step_dir = os.fspath(step_dir)
+    path = os.path.join(step_dir, CHECKSUMS_NAME)
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        expected, sep, rel = line.partition("  ")
+        if not sep or len(expected) != 64:
+            return f"{CHECKSUMS_NAME} has a malformed line {line[:80]!r}"
+        file = os.path.join(step_dir, *rel.split("/"))
+        if not os.path.isfile(file):
+            return f"{rel} listed in {CHECKSUMS_NAME} is missing"
+        if _sha256(file) != expected:
+            return f"sha256 of {rel} differs from {CHECKSUMS_NAME}"
+    return None
 
 
 def _clip_lines(lines: list[str]) -> list[str]:
@@ -145,6 +289,8 @@ class Checkpointer:
         self.check_compatible(config_json)
         os.makedirs(self.directory, exist_ok=True)
         self._write_config(config_json, replace=not saved_steps(self.directory))
+        self._pending: int | None = None  # the step saved last, not yet checksummed
+        _mute_orbax_noise()
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
@@ -243,12 +389,58 @@ class Checkpointer:
 
         Returns:
           Whether a save was started.
+
+        Raises:
+          CheckpointError: this save, or the previous (asynchronous) one, failed.
         """
-        return self._manager.save(int(step), args=ocp.args.StandardSave(state), force=force)
+        self._finalize()
+        step = int(step)
+        try:
+            started = self._manager.save(step, args=ocp.args.StandardSave(state), force=force)
+        except Exception as e:
+            raise self._save_failed(step, e) from e
+        if started:
+            self._pending = step
+        return started
 
     def wait(self) -> None:
-        """Blocks until pending saves are committed to disk."""
-        self._manager.wait_until_finished()
+        """Blocks until pending saves are committed to disk, and checksums them.
+
+        Raises:
+          CheckpointError: the pending save failed.
+        """
+        self._finalize()
+
+    def _finalize(self) -> None:
+        """Waits for the pending save; writes its checksums once it is committed (process 0
+        only: Orbax writes every file from there)."""
+        step, self._pending = self._pending, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:
+            raise self._save_failed(step, e) from e
+        if step is None or jax.process_index() != 0:
+            return
+        step_dir = os.path.join(self.directory, str(step))
+        # The newest step: never removed by max_to_keep. Orbax skips committing a step
+        # whose items failed, and may only log it.
+        if not os.path.isdir(step_dir):
+            raise self._save_failed(step, RuntimeError(f"{step_dir} was not committed"))
+        try:
+            write_checksums(step_dir)
+        except OSError as e:
+            raise self._save_failed(step, e) from e
+
+    def _save_failed(self, step: int | None, e: BaseException) -> CheckpointError:
+        """The one-line error for a failed save; the committed steps before it stay."""
+        good = [s for s in saved_steps(self.directory) if step is None or s < step]
+        if good:
+            last = f"step {good[-1]} ({os.path.join(self.directory, str(good[-1]))})"
+        else:
+            last = f"none in {self.directory}"
+        return CheckpointError(
+            f"checkpoint save of step {step} failed: {_cause(e)}; last good checkpoint: {last}"
+        )
 
     def restore(self, step: int | None, abstract_state: Any) -> Any:
         """Restores the checkpoint at `step` onto the shapes and shardings of a target.
@@ -265,13 +457,19 @@ class Checkpointer:
 
         Raises:
           FileNotFoundError: no checkpoint at `step`.
-          ValueError: the target's structure or shapes differ from the checkpoint; the
-            message names each mismatching leaf path.
+          ValueError: the target's structure or shapes differ from the checkpoint (the
+            message names each mismatching leaf path), or the step's files are damaged (they
+            differ from its checksums, or do not read back; one line naming the earlier step
+            to resume from).
+          CheckpointError: a pending save failed.
         """
         self.wait()  # Orbax lists an in-flight step before its directory exists.
         step = self.latest_step() if step is None else int(step)
         if step is None or step not in self._manager.all_steps():
             raise FileNotFoundError(f"No checkpoint at step {step} in {self.directory}.")
+        problem = verify_checksums(os.path.join(self.directory, str(step)))
+        if problem is not None:
+            raise self._damaged(step, problem)
         target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
         self._check_target(step, target)
         try:
@@ -281,9 +479,10 @@ class Checkpointer:
         _collect_quietly()
         raise error
 
-    def _damaged(self, step: int, e: BaseException) -> ValueError:
-        """The one-line error for a step whose files do not read back (removed or truncated
-        by something other than this program: Orbax commits each step atomically)."""
+    def _damaged(self, step: int, e: BaseException | str) -> ValueError:
+        """The one-line error for a step whose files do not read back or differ from their
+        checksums (changed by something other than this program: Orbax commits each step
+        atomically). `e` is the exception, or a description of the problem."""
         earlier = [s for s in self.all_steps() if s < step]
         where = os.path.join(self.directory, str(step))
         if earlier:
@@ -292,7 +491,7 @@ class Checkpointer:
             hint = "no earlier step is saved; use a new workdir"
         return ValueError(
             f"Checkpoint step {step} in {self.directory} is damaged and does not restore "
-            f"({_first_line(e)}); {hint}"
+            f"({e if isinstance(e, str) else _first_line(e)}); {hint}"
         )
 
     def _check_target(self, step: int, target: Any) -> None:
@@ -357,9 +556,22 @@ class Checkpointer:
         )
 
     def close(self) -> None:
-        """Waits for pending saves and releases Orbax's resources."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Waits for pending saves (writing their checksums) and releases Orbax's resources
+        (its threads and event loops), also when that save failed.
+
+        Raises:
+          CheckpointError: the pending save failed.
+        """
+        try:
+            self._finalize()
+        except CheckpointError:
+            try:
+                self._manager.close()
+            except Exception:  # the same failed save, raised again
+                pass
+            raise
+        else:
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self
