@@ -49,7 +49,11 @@ _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def collect(
-    config: Any = None, argv: Sequence[str] | None = None, *, devices: bool = True
+    config: Any = None,
+    argv: Sequence[str] | None = None,
+    *,
+    devices: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The provenance record of this process, as a JSON-ready dict.
 
@@ -59,13 +63,15 @@ def collect(
       argv: the command line; `sys.argv` when None.
       devices: whether to ask JAX for its devices and process count. False leaves them None
         and does not start a JAX backend (a launcher whose children use the accelerator).
+      extra: more JSON-ready fields for the record (what an evaluation evaluated); they may
+        not replace the fields above.
 
     Returns:
       {"schema", "timestamp_utc", "argv", "git": {"commit", "dirty"}, "python",
        "packages": {name: version or None}, "devices": {"platform", "kind", "count",
-       "local_count", "process_count"} or None, "env": {name: value}, "config"}.
+       "local_count", "process_count"} or None, "env": {name: value}, "config"}, plus `extra`.
     """
-    return {
+    record = {
         "schema": SCHEMA,
         "timestamp_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "argv": list(sys.argv if argv is None else argv),
@@ -76,21 +82,34 @@ def collect(
         "env": _env(os.environ),
         "config": _config(config),
     }
+    clash = sorted(set(extra or ()) & set(record))
+    if clash:
+        raise ValueError(f"extra={clash} replaces provenance fields; allowed: other names")
+    record.update(json.loads(json.dumps(dict(extra or {}), default=repr)))
+    return record
 
 
 def write(
-    folder: str, config: Any = None, argv: Sequence[str] | None = None, *, devices: bool = True
+    folder: str,
+    config: Any = None,
+    argv: Sequence[str] | None = None,
+    *,
+    devices: bool = True,
+    extra: Mapping[str, Any] | None = None,
+    name: str = FILENAME,
 ) -> str:
-    """Writes `collect(config, argv, devices=devices)` to `folder/provenance.json`, atomically
-    (a temporary file renamed over it), creating `folder` if absent. Returns the path.
+    """Writes `collect(config, argv, devices=devices, extra=extra)` to `folder/name`
+    (`provenance.json` by default), atomically (a temporary file renamed over it), creating
+    `folder` if absent. Returns the path.
 
     In a multi-process run only one process should call it (the one that writes summaries).
     """
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, FILENAME)
+    record = collect(config, argv, devices=devices, extra=extra)
+    path = os.path.join(folder, name)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(collect(config, argv, devices=devices), f, indent=2, sort_keys=True)
+        json.dump(record, f, indent=2, sort_keys=True)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
@@ -98,10 +117,10 @@ def write(
     return path
 
 
-def read(folder: str) -> dict[str, Any] | None:
-    """`folder/provenance.json` as a dict, or None when it is absent or unreadable."""
+def read(folder: str, name: str = FILENAME) -> dict[str, Any] | None:
+    """`folder/name` (`provenance.json`) as a dict, or None when it is absent or unreadable."""
     try:
-        with open(os.path.join(folder, FILENAME)) as f:
+        with open(os.path.join(folder, name)) as f:
             record = json.load(f)
     except (OSError, ValueError):
         return None
