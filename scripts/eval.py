@@ -4,7 +4,9 @@
   python scripts/eval.py --workdir=runs/fl --split=train,test,ood --num_tasks=512
 
 The run's own config (workdir/checkpoints/config.json, over the defaults of configs/base.py for
-fields added since it was saved) rebuilds the experiment.
+fields added since it was saved) rebuilds the experiment. Each evaluation leaves
+`<workdir>/eval_provenance.json` (rl4agents.provenance: the config, git commit, versions,
+devices and command line, plus the step, splits and table it printed), replacing the last.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from absl import app, flags, logging  # noqa: E402
 
 from configs import base  # noqa: E402
 from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
-from rl4agents import config_utils  # noqa: E402
+from rl4agents import config_utils, provenance  # noqa: E402
 from rl4agents.train import experiment, loop, writers  # noqa: E402
 
 SPLITS = ("train", "test", "ood")
+PROVENANCE_NAME = "eval_provenance.json"
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory written by scripts/train.py.")
 _SPLIT = flags.DEFINE_list("split", ["test"], f"Comma-separated splits among {SPLITS}.")
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "Tasks per split (0 = the run's eval_tasks).")
@@ -116,6 +119,11 @@ def main(argv):
     ]
     print(f"{config.env.name} / {config.credit.name}, checkpoint step {step}")
     print(writers.format_table(rows, cols))
+    evaluated = {"step": step, "splits": _SPLIT.value, "num_tasks": num_tasks, "rows": rows}
+    try:
+        provenance.write(_WORKDIR.value, config, extra={"eval": evaluated}, name=PROVENANCE_NAME)
+    except OSError as e:  # a run folder this user may read but not write: the table stands
+        print(f"warning: {PROVENANCE_NAME} not written: {e}", file=sys.stderr)
     ckpt.close()
     jax.effects_barrier()
 

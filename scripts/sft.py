@@ -7,8 +7,9 @@
 Uses the same config as the RL run (so the environment, vocabulary and model agree) and its
 `sft` section: `num_demos` oracle episodes on training tasks, `keep` ("success" or "all"),
 `steps`, `batch_size`, `lr`. Writes `<workdir>/params/` (the parameters RL starts from),
-`metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and `summary.json`, and prints the
-held-out success of the cloned policy before and after.
+`metrics.jsonl`, TensorBoard events (`tb/`), `curves.png`, `provenance.json` (config, git
+commit, versions, devices, command line: rl4agents.provenance) and `summary.json`, and prints
+the held-out success of the cloned policy before and after.
 
 The workdir is a new directory, or one holding no run's output: SFT does not resume or
 overwrite. At start-up, before any demonstration is collected, a --workdir that is empty, a
@@ -43,7 +44,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 # Everything a run writes into its workdir (kept equal to what `run` publishes).
-OUTPUTS = ("metrics.jsonl", "tb", "params", "curves.png", "summary.json")
+OUTPUTS = ("metrics.jsonl", "tb", "params", "curves.png", "provenance.json", "summary.json")
 RL_OUTPUTS = ("checkpoints", "summary.json.tmp")  # scripts/train.py's own, beside OUTPUTS
 CHECKPOINT_CONFIG = "config.json"  # rl4agents.checkpoint.CONFIG_NAME, beside step folders
 STAGING = ".sft_incomplete"  # where a run writes until its output is complete
@@ -119,6 +120,7 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     import numpy as np
     import tqdm
 
+    from rl4agents import provenance
     from rl4agents.rollout import rollout as rollout_lib
     from rl4agents.train import experiment, loop, sft, writers
 
@@ -156,6 +158,7 @@ def run(config, workdir: str, quiet: bool = False) -> dict:
     staging = os.path.join(workdir, STAGING)
     _remove(staging)  # an interrupted run's incomplete output
     writer = writers.MetricWriter(staging)
+    provenance.write(staging, config)
     first = last = None
     bar_off = quiet or not config.log.progress
     stream = sft.minibatches(demos, c.batch_size, jax.random.fold_in(root, 2))

@@ -9,7 +9,9 @@ resolved config), command.txt (the exact command), log.txt (its stdout and stder
 per attempt) and what train.py writes. A run whose summary.json says `"finished": true` is
 skipped; any other run is (re)started and train.py resumes it from its latest checkpoint.
 Ctrl-C (or SIGTERM) asks every worker to checkpoint and stop; rerunning the command continues.
-`<out>/sweep.json` lists every run of the study for scripts/make_table.py.
+`<out>/sweep.json` lists every run of the study for scripts/make_table.py, and
+`<out>/provenance.json` records the runner's last start (rl4agents.provenance: git commit,
+versions, command line; each run's own, with its config and devices, is in its directory).
 
 Before any run starts (with --dry_run too), every run's config is checked as train.py checks
 it at start-up, values included (`sweep.check_config`): a run train.py would refuse, or a
@@ -40,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ml_collections  # noqa: E402
 import tqdm  # noqa: E402
 
-from rl4agents import config_utils  # noqa: E402
+from rl4agents import config_utils, provenance  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 
 TRAIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
@@ -334,6 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     write_plan(out, study, jobs)
+    # The runner starts no JAX backend here (devices=False): the workers own the devices.
+    provenance.write(
+        out,
+        argv=None if argv is None else ["scripts/sweep.py", *argv],
+        devices=False,
+        extra={"sweep": {"study": study.name, "path": study.path, "runs": len(jobs)}},
+    )
     env = worker_env(dict(os.environ), devices)
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

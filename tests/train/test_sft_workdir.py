@@ -24,7 +24,7 @@ TINY = [
     "--config.rollout.group_size=2",
     "--config.log.progress=False",
 ]
-OUTPUTS = {"metrics.jsonl", "tb", "params", "curves.png", "summary.json"}
+OUTPUTS = {"metrics.jsonl", "tb", "params", "curves.png", "provenance.json", "summary.json"}
 # One XLA CPU device, whatever the host or the test session (conftest.py's 8): the tiny
 # batches need no mesh divisibility.
 ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
@@ -161,6 +161,8 @@ def test_run__publishes_complete_output_then_reruns_are_refused(tmp_path):
     assert os.path.isfile(work / "params" / "config.json") and os.path.isdir(work / "params/2")
     rows = [json.loads(r) for r in (work / "metrics.jsonl").read_text().splitlines()]
     assert {r["step"] for r in rows} == {1, 2} and "sft/nll" in rows[0]
+    prov = json.loads((work / "provenance.json").read_text())  # rl4agents.provenance
+    assert prov["config"]["sft"]["steps"] == 2 and prov["argv"][0] == "scripts/sft.py"
 
     before = _snapshot(tmp_path)
     _refused(_sft(work), "finished SFT run")  # the same command again
