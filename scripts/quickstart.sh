@@ -8,6 +8,10 @@
 #
 #   ./scripts/quickstart.sh                       # workdir runs/quickstart (SFT in its sft/)
 #   WORKDIR=runs/mine ./scripts/quickstart.sh --config.optim.lr=3e-4
+#
+# The packages are installed at the versions in constraints.txt, once: a rerun installs nothing
+# unless setup.py, constraints.txt or the switch changed (RL4AGENTS_UNLOCKED=1: the newest
+# versions; scripts/_venv.sh). Each workdir gets a provenance.json (commit, versions, config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh
