@@ -117,6 +117,17 @@ def masked_whiten(x: jax.Array, mask: jax.Array, shift_mean: bool = True) -> jax
     return out if shift_mean else out + mean
 
 
+def trainable_episodes(traj: Trajectory) -> jax.Array:
+    """bool[B]: the episode has at least one action token, i.e. something to train on.
+
+    An episode without one (a slot dynamic sampling left empty, an episode cut before its
+    first action) is not a sample of the policy: group and batch statistics give it weight 0,
+    so it cannot shift its siblings' baseline or scale (OpenRLHF counted such fully masked
+    samples in the group's mean and std).
+    """
+    return jnp.any(traj.action_mask, axis=1)
+
+
 def broadcast_to_tokens(per_episode: jax.Array, action_mask: jax.Array) -> jax.Array:
     """Broadcast a per-episode scalar to its action tokens: `A[:, None] * action_mask`.
 

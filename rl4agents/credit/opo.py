@@ -38,7 +38,9 @@ def opo(
     any `token_penalty`); a group of one episode gets baseline 0, so it keeps its raw score;
     no epsilon (verl's `epsilon` argument is unused). Where verl divides 0 by 0 (a group whose
     episodes have no action tokens) the baseline is 0; those episodes have no action tokens,
-    so their token advantages are 0 either way.
+    so their token advantages are 0 either way. Such episodes do not count as members either:
+    a real episode whose only sibling has no action token is a group of one
+    (`common.trainable_episodes`).
 
     Args:
       traj: Trajectory; uses `outcome_reward f32[B]` (minus `token_penalty f32[B, T]` if
@@ -75,10 +77,12 @@ def opo(
         lengths = jnp.maximum(traj.num_turns, 0).astype(jnp.float32)
     ids = common.dense_group_ids(traj.group_ids)
     baseline, _, _ = common.weighted_group_stats(score, ids, lengths)  # sum L s / sum L
-    _, _, count = common.weighted_group_stats(score, ids, jnp.ones_like(score))
+    trainable = common.trainable_episodes(traj)
+    _, _, count = common.weighted_group_stats(score, ids, trainable.astype(jnp.float32))
     singleton = count <= 1
     raw = score if singleton_policy == "raw" else jnp.zeros_like(score)
     adv = jnp.where(singleton, raw, score - baseline)  # f32[B]
+    adv = jnp.where(trainable, adv, 0.0)
 
     metrics = {
         "score_mean": jnp.mean(score),

@@ -34,7 +34,8 @@ def _group_centre(
     `stats_over="steps"` weights each episode by its number of turns (verl-agent's
     `compute_mean_std_cross_steps=True`: every step row of a group is a sample); a group is a
     singleton when its total weight is <= 1. Under `singleton_policy="raw"` a singleton gets
-    mean 0 and std 1 (verl).
+    mean 0 and std 1 (verl). Episodes without an action token weigh 0
+    (`common.trainable_episodes`).
     """
     _check_choice("singleton_policy", singleton_policy, _SINGLETON_POLICIES)
     _check_choice("stats_over", stats_over, _STATS_OVER)
@@ -42,10 +43,9 @@ def _group_centre(
     chex.assert_shape([traj.outcome_reward, traj.group_ids], (batch,))
     score = common.episode_scores(traj)
     ids = common.dense_group_ids(traj.group_ids)
+    weights = common.trainable_episodes(traj).astype(jnp.float32)
     if stats_over == "steps":
-        weights = jnp.maximum(traj.num_turns, 0).astype(jnp.float32)
-    else:
-        weights = jnp.ones((batch,), jnp.float32)
+        weights = weights * jnp.maximum(traj.num_turns, 0).astype(jnp.float32)
     mean, std, total = common.weighted_group_stats(score, ids, weights, ddof=1)
     singleton = total <= 1
     if singleton_policy == "raw":
@@ -73,7 +73,9 @@ def grpo_episode_advantages(
     if scale == "group":
         adv = centered / (group_std + eps)
     elif scale == "batch":
-        batch_std = common.safe_sqrt(jnp.var(score, ddof=1)) if traj.batch_size > 1 else 0.0
+        trainable = common.trainable_episodes(traj).astype(jnp.float32)
+        batch_ids = jnp.zeros(score.shape, jnp.int32)
+        _, batch_std, _ = common.weighted_group_stats(score, batch_ids, trainable, ddof=1)
         # A singleton keeps its own (verl) statistics: a batch whose scores are all equal
         # would otherwise turn its raw score into score / eps.
         adv = jnp.where(singleton, centered / (group_std + eps), centered / (batch_std + eps))
@@ -81,6 +83,7 @@ def grpo_episode_advantages(
         adv = centered
     if singleton_policy == "zero":
         adv = jnp.where(singleton, 0.0, adv)
+    adv = jnp.where(common.trainable_episodes(traj), adv, 0.0)
     metrics = _outcome_metrics(score, adv, group_std, singleton)
     return adv, metrics
 
@@ -112,7 +115,10 @@ def grpo(
     although methods.md's config sketch lists verl-agent's "steps": here a row is a whole
     episode, and one sample per episode is what verl's `compute_grpo_outcome_advantage` and
     the GRPO paper compute on such rows; "steps" reproduces verl-agent's statistics, where
-    longer episodes weigh more in their group's mean and std.
+    longer episodes weigh more in their group's mean and std. An episode without an action
+    token is no member of its group (nor of the batch under "batch"): it has nothing to train
+    on, so its score must not move its siblings' baseline or scale
+    (`common.trainable_episodes`); its advantage is 0.
 
     Args:
       traj: Trajectory; uses `outcome_reward f32[B]` (minus `token_penalty` if present),
@@ -168,7 +174,8 @@ def rloo(traj: Trajectory, values: jax.Array | None = None) -> CreditOutput:
 
     `A_i = s_i - mean_{j in g(i), j != i} s_j = k / (k - 1) * (s_i - mean_{g(i)} s)` with
     `k = |g(i)|`; a group of one keeps its raw score. No std scaling. Back to Basics,
-    https://arxiv.org/abs/2402.14740.
+    https://arxiv.org/abs/2402.14740. Episodes without an action token are no members of
+    their group (`common.trainable_episodes`) and get 0.
 
     Args:
       traj: Trajectory (as `grpo`).
@@ -179,9 +186,11 @@ def rloo(traj: Trajectory, values: jax.Array | None = None) -> CreditOutput:
     """
     del values
     score = common.episode_scores(traj)
-    mean, _, count = common.group_stats(score, traj.group_ids)
-    k = count
+    trainable = common.trainable_episodes(traj)
+    ids = common.dense_group_ids(traj.group_ids)
+    mean, _, k = common.weighted_group_stats(score, ids, trainable.astype(jnp.float32))
     adv = jnp.where(k > 1, k / jnp.maximum(k - 1.0, 1.0) * (score - mean), score)
+    adv = jnp.where(trainable, adv, 0.0)
     metrics = {"score_mean": jnp.mean(score), "adv_abs_mean": jnp.mean(jnp.abs(adv))}
     return CreditOutput(common.broadcast_to_tokens(adv, traj.action_mask), None, metrics)
 

@@ -167,7 +167,9 @@ def mt_grpo(
     outcome reward on turn 1). The reference's fallback for rollouts without a tool result (the
     z-scored combined reward) has no separate form: a one-turn episode gets `A^O`, its only
     turn's reward z-scored. z-scores use the unbiased std plus `eps` (the reference's 1e-4); a
-    group of one gives 0.
+    group of one gives 0. Episodes without an action token are left out of the `A^O`
+    statistics (`common.trainable_episodes`); turns that did not happen are left out of the
+    `A^T` statistics of their turn index, so episodes of different lengths do not bias them.
 
     Args:
       traj: Trajectory; uses `turn_rewards`, `turn_valid`, `group_ids`, `num_turns` (and
@@ -194,7 +196,8 @@ def mt_grpo(
         r_outcome = jnp.sum(jnp.where(last, rewards, 0.0), axis=1)
     else:
         r_outcome = common.episode_scores(traj)
-    adv_outcome = common.zscore(r_outcome, ids, jnp.ones(ids.shape, jnp.float32), eps)
+    trainable = common.trainable_episodes(traj).astype(jnp.float32)
+    adv_outcome = common.zscore(r_outcome, ids, trainable, eps)
     gets_turn = valid & ~last if last_turn_outcome_only else valid
     adv_turn = _step_zscore(rewards, _flat_ids(traj, turn_idx), gets_turn, eps)
     adv = jnp.where(valid, adv_outcome[:, None] + turn_coef * adv_turn, 0.0)
@@ -222,7 +225,9 @@ def turn_return(
     "none" (G itself), "batch" (z-score over all valid turns of the batch), "group" (over the
     episodes of the same task at the same turn index k) or "anchor" (over the steps of the
     same task that acted from the same exact state, GiGPO's step groups). z-scores use the
-    unbiased std plus `eps`; a group of one gives 0.
+    unbiased std plus `eps`; a group of one gives 0. Turns that did not happen are in no
+    statistic: under "group" the turn index k of an episode that ended earlier is no padded
+    zero among the returns of the episodes still running at k.
 
     Args:
       traj: Trajectory; uses `turn_rewards`, `turn_valid`, `anchors`, `group_ids`.

@@ -19,6 +19,11 @@ def _np(x) -> np.ndarray:
     return np.asarray(x, np.float64)
 
 
+def trainable(traj, b: int) -> bool:
+    """The episode has an action token; one without is in no group or batch statistic."""
+    return bool(np.asarray(traj.action_mask)[b].any())
+
+
 def valid_turns(traj, b: int) -> list[int]:
     return [k for k in range(traj.turn_valid.shape[1]) if bool(traj.turn_valid[b, k])]
 
@@ -114,9 +119,9 @@ def grpo(traj, eps=1e-6, scale="group", singleton_policy="raw", stats_over="traj
     s, gids = scores(traj), [int(g) for g in np.asarray(traj.group_ids)]
     n = len(s)
     if stats_over == "steps":
-        w = [len(valid_turns(traj, b)) for b in range(n)]
+        w = [len(valid_turns(traj, b)) * trainable(traj, b) for b in range(n)]
     else:
-        w = [1] * n
+        w = [int(trainable(traj, b)) for b in range(n)]
 
     def stats(members):
         total = sum(w[j] for j in members)
@@ -124,10 +129,14 @@ def grpo(traj, eps=1e-6, scale="group", singleton_policy="raw", stats_over="traj
         var = sum(w[j] * (s[j] - mu) ** 2 for j in members) / (total - 1)
         return mu, math.sqrt(var)
 
-    everyone = list(range(n))
-    batch_std = stats(everyone)[1] if sum(w) > 1 else 0.0
+    w_batch = [int(trainable(traj, b)) for b in range(n)]  # one sample per episode
+    everyone = [b for b in range(n) if w_batch[b]]
+    batch_std = std1([s[b] for b in everyone])
     adv = []
     for i in range(n):
+        if not trainable(traj, i):
+            adv.append(0.0)
+            continue
         members = [j for j in range(n) if gids[j] == gids[i]]
         k_is_singleton = sum(w[j] for j in members) <= 1
         if k_is_singleton:
@@ -154,7 +163,9 @@ def rloo(traj):
     s, gids = scores(traj), list(np.asarray(traj.group_ids))
     adv = []
     for i in range(len(s)):
-        others = [s[j] for j in range(len(s)) if gids[j] == gids[i] and j != i]
+        others = [
+            s[j] for j in range(len(s)) if gids[j] == gids[i] and j != i and trainable(traj, j)
+        ]
         adv.append(s[i] - mean(others) if others else s[i])
     return per_episode_to_tokens(traj, adv)
 
@@ -169,8 +180,8 @@ def opo(traj, length="tokens", singleton_policy="raw"):
         lengths = [len(valid_turns(traj, b)) for b in range(len(s))]
     adv = []
     for i in range(len(s)):
-        members = [j for j in range(len(s)) if gids[j] == gids[i]]
-        if len(members) == 1:
+        members = [j for j in range(len(s)) if gids[j] == gids[i] and trainable(traj, j)]
+        if len(members) <= 1:
             adv.append(s[i] if singleton_policy == "raw" else 0.0)
             continue
         total = sum(lengths[j] for j in members)
@@ -393,7 +404,8 @@ def mt_grpo(traj, turn_coef=1.0, eps=1e-4, last_turn_outcome_only=True, outcome=
     gets_turn = [r for r in rows if not (last_turn_outcome_only and r[1] == last[r[0]])]
     out = {}
     for b, k in rows:
-        a_out = zscore(r_out[b], [r_out[j] for j in range(len(r_out)) if gids[j] == gids[b]], eps)
+        group = [j for j in range(len(r_out)) if gids[j] == gids[b] and trainable(traj, j)]
+        a_out = zscore(r_out[b], [r_out[j] for j in group], eps)
         if (b, k) not in gets_turn:
             out[b, k] = a_out
             continue

@@ -283,17 +283,19 @@ def test_outcome__all_singletons_raw_or_zero(name, divisor):
         np.testing.assert_array_equal(np.asarray(zero), 0.0)
 
 
-def test_outcome__empty_response_counts_as_a_trajectory():
-    # episode 2 takes no turn (outcome 0): it has no tokens but is a member of its group.
-    # grpo trajectories: [1, 0, 0] -> mean 1/3, std sqrt(1/3); steps: weights [1, 1, 0].
+def test_outcome__episode_without_action_tokens_is_no_group_member():
+    # Episode 2 takes no turn (outcome 0): nothing to train on, so it is in no statistic
+    # (OpenRLHF counted such fully masked siblings). grpo: [1, 0] -> mean 1/2, std sqrt(1/2),
+    # under "trajectories" and "steps" alike; counted, it would make the mean 1/3.
     traj = episodes_traj([[1.0], [0.0], []], [0, 0, 0])
-    adv = run_credit("grpo", traj).advantages
-    d = math.sqrt(1 / 3) + 1e-6
-    _close(_episode_values(traj, adv)[:2], [(2 / 3) / d, (-1 / 3) / d])
-    np.testing.assert_array_equal(np.asarray(adv)[2], 0.0)
-    steps = run_credit("grpo", traj, stats_over="steps").advantages
     h = 0.5 / (math.sqrt(0.5) + 1e-6)
-    _close(_episode_values(traj, steps)[:2], [h, -h])
+    for hparams in ({}, {"stats_over": "steps"}, {"scale": "batch"}):
+        adv = run_credit("grpo", traj, **hparams).advantages
+        _close(_episode_values(traj, adv)[:2], [h, -h])
+        np.testing.assert_array_equal(np.asarray(adv)[2], 0.0)
+    # rloo: each real episode's baseline is its one real sibling; opo: a group of two.
+    _close(_episode_values(traj, run_credit("rloo", traj).advantages)[:2], [1.0, -1.0])
+    _close(_episode_values(traj, run_credit("opo", traj).advantages)[:2], [0.5, -0.5])
 
 
 @pytest.mark.parametrize("score, size", [(0.9, 3), (-1.4871862, 3), (9.9, 8)])
