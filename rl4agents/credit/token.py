@@ -13,14 +13,20 @@ from rl4agents.types import Trajectory
 
 
 def gae_skip(
-    rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma: float, lam: float
+    rewards: jax.Array,
+    values: jax.Array,
+    mask: jax.Array,
+    gamma: float,
+    lam: float,
+    tail: jax.Array | None = None,
 ) -> jax.Array:
     """GAE over the masked slots of each row, carrying across unmasked slots.
 
     Right-to-left over t (verl `compute_gae_advantage_return`):
     `delta = r_t + gamma * next_v - V_t`, `gae' = delta + gamma * lam * gae`, then on masked
     slots `next_v = V_t, gae = gae'`; unmasked slots leave both unchanged. `A_t = gae`, so an
-    unmasked slot holds the carried value (callers mask it).
+    unmasked slot holds the carried value (callers mask it). `next_v` starts at `tail` (the
+    value after the row's last masked slot), 0 by default (terminal rows).
 
     Args:
       rewards: f32[B, T] token rewards (ignored off `mask`).
@@ -28,6 +34,7 @@ def gae_skip(
       mask: bool[B, T] slots that form the token MDP (action tokens).
       gamma: discount.
       lam: GAE lambda.
+      tail: optional f32[B] value of the state after each row's last masked slot.
 
     Returns:
       f32[B, T] advantages before whitening.
@@ -46,9 +53,67 @@ def gae_skip(
         return (next_v, gae), gae
 
     zeros = jnp.zeros(rewards.shape[0], jnp.float32)
+    start = zeros if tail is None else tail.astype(jnp.float32)
     xs = (rewards.T.astype(jnp.float32), values.T.astype(jnp.float32), mask.T.astype(bool))
-    _, adv_tb = jax.lax.scan(_gae_step, (zeros, zeros), xs, reverse=True)
+    _, adv_tb = jax.lax.scan(_gae_step, (start, zeros), xs, reverse=True)
     return adv_tb.T
+
+
+def truncation_tail(traj: Trajectory, values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The bootstrap value of each row cut by the turn or context limit.
+
+    A row is bootstrapped when `traj.truncated` and not `traj.done` (the environment did not
+    end it), it has an action token, and a slot follows its last valid slot. Its tail value
+    is `values` at that slot: the value of the state after the final observation, as
+    `rollout.score` gives every slot the value read at its previous valid slot (padding
+    slots included). The train step scores one extra padding slot so that every row has one
+    (`with_tail_slot`); a row that fills all T slots here has no tail and stays terminal.
+
+    Args:
+      traj: Trajectory with T slots.
+      values: f32[B, T] critic values per slot.
+
+    Returns:
+      (tail f32[B], 0 where not bootstrapped; bootstrapped bool[B]).
+    """
+    slots = traj.tokens.shape[1]
+    idx = jnp.arange(slots, dtype=jnp.int32)[None, :]
+    last = jnp.max(jnp.where(traj.valid_mask, idx, -1), axis=1)
+    after = last + 1
+    boot = (
+        traj.truncated
+        & ~traj.done
+        & common.trainable_episodes(traj)
+        & (after < slots)
+        & (last >= 0)
+    )
+    at = jnp.take_along_axis(values.astype(jnp.float32), jnp.minimum(after, slots - 1)[:, None], 1)
+    return jnp.where(boot, at[:, 0], 0.0), boot
+
+
+def with_tail_slot(traj: Trajectory) -> Trajectory:
+    """`traj` with one padding slot appended to every [B, T] field (T + 1 slots), so that
+    every row has a slot after its last valid one for `truncation_tail`."""
+
+    def pad(x, fill=0):
+        return None if x is None else jnp.pad(x, ((0, 0), (0, 1)), constant_values=fill)
+
+    return traj.replace(
+        tokens=pad(traj.tokens),
+        valid_mask=pad(traj.valid_mask),
+        action_mask=pad(traj.action_mask),
+        obs_mask=pad(traj.obs_mask),
+        turn_ids=pad(traj.turn_ids, -1),
+        logp_behavior=pad(traj.logp_behavior),
+        entropy_behavior=pad(traj.entropy_behavior),
+        token_penalty=pad(traj.token_penalty),
+    )
+
+
+def bootstraps_truncated(credit_fn) -> bool:
+    """Whether a resolved credit function (a `functools.partial` of a registered one) bootstraps
+    truncated rows (`bootstrap_truncated=True`), and so needs `with_tail_slot` values."""
+    return bool(getattr(credit_fn, "keywords", {}).get("bootstrap_truncated", False))
 
 
 def _check_discounts(**discounts: float) -> None:
@@ -65,6 +130,7 @@ def ppo_gae(
     lam: float = 1.0,
     whiten: bool = True,
     reward_placement: str = "turn",
+    bootstrap_truncated: bool = False,
 ) -> CreditOutput:
     """PPO token-level GAE over action tokens, skipping observation/padding slots.
 
@@ -72,6 +138,13 @@ def ppo_gae(
     of turn k+1 bootstraps the last action token of turn k (methods.md 3.1). `returns = A + V`
     before whitening; with `whiten`, `A = masked_whiten(A, action_mask)` over the whole batch.
     PPO https://arxiv.org/abs/1707.06347, GAE https://arxiv.org/abs/1506.02438.
+
+    `bootstrap_truncated`: a row the turn or context limit cut (`truncated`, not `done`) is
+    not terminal: its last action token `t_L` gets `delta = r + gamma V_tail - V(t_L)` with
+    `V_tail` the value after the final observation (`truncation_tail`), the value the next
+    turn's first action token would have had (partial-episode bootstrapping, Pardo et al.,
+    Time Limits in Reinforcement Learning, https://arxiv.org/abs/1712.00378). Off (the
+    default, verl's convention) every row ends with `next_v = 0`.
 
     Args:
       traj: Trajectory; uses `action_mask bool[B, T]` and the reward fields.
@@ -82,6 +155,8 @@ def ppo_gae(
       reward_placement: "turn" (each turn's reward at its last action token) or "outcome"
         (outcome reward at the last action token of the last turn); see
         `common.token_rewards`. A `token_penalty` (KL in the reward) is subtracted per token.
+      bootstrap_truncated: bootstrap truncated rows from the value after their final
+        observation (reads `traj.truncated`, `traj.done`, `traj.valid_mask`).
 
     Returns:
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics); both arrays are zero
@@ -93,7 +168,8 @@ def ppo_gae(
     chex.assert_shape(values, traj.tokens.shape)
     mask = traj.action_mask
     rewards = common.penalised_token_rewards(traj, reward_placement)
-    adv = gae_skip(rewards, values, mask, gamma, lam)
+    tail, boot = truncation_tail(traj, values) if bootstrap_truncated else (None, None)
+    adv = gae_skip(rewards, values, mask, gamma, lam, tail)
     m = mask.astype(jnp.float32)
     returns = (adv + values) * m
     metrics = {
@@ -101,6 +177,8 @@ def ppo_gae(
         "returns_mean": common.masked_mean(returns, mask),
         "values_mean": common.masked_mean(values.astype(jnp.float32), mask),
     }
+    if boot is not None:
+        metrics["frac_bootstrapped"] = jnp.mean(boot)
     if whiten:
         adv = common.masked_whiten(adv, mask)
     return CreditOutput(adv * m, returns, metrics)
@@ -113,23 +191,34 @@ def _turn_values(values: jax.Array, slots: jax.Array, valid: jax.Array) -> jax.A
 
 
 def _turn_gae(
-    rewards: jax.Array, values: jax.Array, valid: jax.Array, gamma: float, lam: float
+    rewards: jax.Array,
+    values: jax.Array,
+    valid: jax.Array,
+    gamma: float,
+    lam: float,
+    tail: jax.Array | None = None,
 ) -> jax.Array:
-    """GAE over turns: `delta_k = r_k + gamma V_{k+1} - V_k` (V of an invalid next turn = 0),
+    """GAE over turns: `delta_k = r_k + gamma V_{k+1} - V_k` (V of an invalid next turn = 0,
+    but `tail` f32[B] after the row's last valid turn when given),
     `A_k = delta_k + gamma lam A_{k+1}`. All f32[B, K]; 0 on invalid turns."""
+    r = jnp.where(valid, rewards, 0.0).astype(jnp.float32)
+    v = values.astype(jnp.float32)
+    valid_next = jnp.concatenate([valid[:, 1:], jnp.zeros_like(valid[:, :1])], axis=1)
+    v_next = jnp.concatenate([v[:, 1:], jnp.zeros_like(v[:, :1])], axis=1)
+    v_next = jnp.where(valid_next, v_next, 0.0)
+    if tail is not None:
+        k = jnp.arange(valid.shape[1], dtype=jnp.int32)[None, :]
+        last = valid & (k == jnp.max(jnp.where(valid, k, -1), axis=1, keepdims=True))
+        v_next = jnp.where(last, tail.astype(jnp.float32)[:, None], v_next)
+    delta = jnp.where(valid, r + gamma * v_next - v, 0.0)
 
-    def _step(carry, xs):
-        next_v, gae = carry
-        r_k, v_k, ok = xs
-        delta = r_k + gamma * next_v - v_k
-        gae_new = delta + gamma * lam * gae
-        next_v = jnp.where(ok, v_k, 0.0)
-        gae = jnp.where(ok, gae_new, 0.0)
-        return (next_v, gae), gae
+    def _step(gae, xs):
+        d_k, ok = xs
+        gae = jnp.where(ok, d_k + gamma * lam * gae, 0.0)
+        return gae, gae
 
     zeros = jnp.zeros(rewards.shape[0], jnp.float32)
-    xs = (jnp.where(valid, rewards, 0.0).T, values.T, valid.T)
-    _, out = jax.lax.scan(_step, (zeros, zeros), xs, reverse=True)
+    _, out = jax.lax.scan(_step, zeros, (delta.T, valid.T), reverse=True)
     return out.T
 
 
@@ -142,6 +231,7 @@ def turn_gae(
     lam: float = 1.0,
     turn_gamma: float = 0.95,
     whiten: bool = True,
+    bootstrap_truncated: bool = False,
 ) -> CreditOutput:
     """Bi-level (turn-level) GAE, RAGEN `compute_bi_level_gae_advantage_return`.
 
@@ -155,6 +245,13 @@ def turn_gae(
     https://arxiv.org/abs/2504.20073 (RAGEN's default `high_level_gamma` 0.95). A
     `token_penalty` (KL in the reward) is added to the low-level token rewards.
 
+    `bootstrap_truncated`: for a row the turn or context limit cut (`truncated`, not `done`),
+    the last turn L gets `delta_L = r_L + turn_gamma V_tail - V(e_L)` instead of the terminal
+    `r_L - V(e_L)`, with `V_tail` the value after the final observation
+    (`truncation_tail`), standing in for the next turn's `V(e_{L+1})`; the bootstrapped
+    return reaches the tokens through `R_L`. Off by default (RAGEN treats every row as
+    terminal). Pardo et al., https://arxiv.org/abs/1712.00378.
+
     Args:
       traj: Trajectory; uses `turn_rewards f32[B, K]`, `turn_end int32[B, K]`,
         `turn_valid bool[B, K]`, `action_mask bool[B, T]`.
@@ -163,6 +260,8 @@ def turn_gae(
       lam: GAE lambda at both levels (RAGEN `lam` 1.0).
       turn_gamma: turn-level discount (RAGEN `high_level_gamma` 0.95).
       whiten: batch-global masked whitening of the advantages.
+      bootstrap_truncated: bootstrap truncated rows from the value after their final
+        observation (reads `traj.truncated`, `traj.done`, `traj.valid_mask`).
 
     Returns:
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics), zero off action_mask.
@@ -175,7 +274,10 @@ def turn_gae(
     mask = traj.action_mask
     ends_ok = traj.turn_valid & (traj.turn_end >= 0)
     v_end = _turn_values(values, traj.turn_end, ends_ok)
-    turn_adv = _turn_gae(traj.turn_rewards.astype(jnp.float32), v_end, ends_ok, turn_gamma, lam)
+    tail, boot = truncation_tail(traj, values) if bootstrap_truncated else (None, None)
+    turn_adv = _turn_gae(
+        traj.turn_rewards.astype(jnp.float32), v_end, ends_ok, turn_gamma, lam, tail
+    )
     turn_return = turn_adv + v_end
     end_slot = jnp.where(ends_ok, traj.turn_end, slots)
     is_end = common.scatter_rows(end_slot, True, slots, add=False, dtype=bool)
@@ -202,6 +304,8 @@ def turn_gae(
         "returns_mean": common.masked_mean(returns, mask),
         "values_mean": common.masked_mean(values.astype(jnp.float32), mask),
     }
+    if boot is not None:
+        metrics["frac_bootstrapped"] = jnp.mean(boot)
     if whiten:
         adv = common.masked_whiten(adv, mask)
     return CreditOutput(adv * m, returns, metrics)
@@ -215,6 +319,7 @@ def step_gae(
     gamma: float = 1.0,
     lam: float = 1.0,
     whiten: bool = True,
+    bootstrap_truncated: bool = False,
 ) -> CreditOutput:
     """Step-level GAE (StepPO `arft/core_algos.py::compute_gae_advantage_return`).
 
@@ -225,12 +330,20 @@ def step_gae(
     steps of the batch (unbiased std); `A_k` and `returns_k` are broadcast to the turn's action
     tokens. StepPO, https://arxiv.org/abs/2604.18401.
 
+    `bootstrap_truncated`: for a row the turn or context limit cut (`truncated`, not `done`),
+    the last step L gets `delta_L = r_L + gamma V_tail - V_L` instead of `r_L - V_L`, with
+    `V_tail` the value after the final observation (`truncation_tail`): exactly the `V_{L+1}`
+    the next step would have had, the value at its first action slot. Off by default (every
+    row terminal, as StepPO). Pardo et al., https://arxiv.org/abs/1712.00378.
+
     Args:
       traj: Trajectory; uses `turn_rewards`, `turn_valid`, `turn_ids`, `action_mask`.
       values: f32[B, T] critic values.
       gamma: step discount (verl default 1.0).
       lam: GAE lambda (verl default 1.0).
       whiten: whiten over steps.
+      bootstrap_truncated: bootstrap truncated rows from the value after their final
+        observation (reads `traj.truncated`, `traj.done`, `traj.valid_mask`).
 
     Returns:
       CreditOutput(advantages f32[B, T], returns f32[B, T], metrics), zero off action_mask.
@@ -248,13 +361,16 @@ def step_gae(
     valid = traj.turn_valid & (count > 0)
     v_step = _turn_values(values, first, valid)
     rewards = jnp.where(valid, traj.turn_rewards.astype(jnp.float32) - pen_sum, 0.0)
-    adv = _turn_gae(rewards, v_step, valid, gamma, lam)
+    tail, boot = truncation_tail(traj, values) if bootstrap_truncated else (None, None)
+    adv = _turn_gae(rewards, v_step, valid, gamma, lam, tail)
     returns = adv + v_step
     metrics = {
         "adv_mean_raw": common.masked_mean(adv, valid),
         "returns_mean": common.masked_mean(returns, valid),
         "values_mean": common.masked_mean(v_step, valid),
     }
+    if boot is not None:
+        metrics["frac_bootstrapped"] = jnp.mean(boot)
     if whiten:
         n = jnp.sum(valid)
         mean = common.masked_mean(adv, valid)

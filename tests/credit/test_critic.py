@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from rl4agents import credit
+from rl4agents.credit import token as token_lib
 from tests.credit import reference as ref
 from tests.credit.conftest import build_full, episodes_traj, per_turn, regroup, run_credit
 
@@ -169,3 +171,83 @@ def test_critic__needs_values(name):
     assert credit.requires_values(name)
     with pytest.raises(ValueError, match="values"):
         credit.get(name)(episodes_traj([[1.0]], [0]), None)
+
+
+# ------------------------------------------------------------------- bootstrap_truncated
+
+# One two-turn episode (rewards .5, 1; the turn limit K = 2 cut it: truncated, not done) with
+# one padding slot appended (`with_tail_slot`): slots 0 prompt | 1, 2 act | 3 obs | 4, 5 act |
+# 6 obs | 7 pad. V on the action slots .1, .2 | .3, .4; V at slot 7, the value after the final
+# observation, is the tail 2.0; junk 9.0 on the other slots must be ignored.
+TAIL = 2.0
+
+
+def _truncated_case(done=False):
+    traj = token_lib.with_tail_slot(episodes_traj([[0.5, 1.0]], [0]))
+    traj = traj.replace(truncated=jnp.asarray([True]), done=jnp.asarray([done]))
+    values = np.full((1, 8), 9.0, np.float32)
+    values[0, SLOTS] = [0.1, 0.2, 0.3, 0.4]
+    values[0, 7] = TAIL
+    return traj, jnp.asarray(values)
+
+
+# gamma = lam = .5 (turn_gamma .8); hand derivations:
+# ppo_gae, reverse over action slots from next_v = 2.0:
+#   5: 1 + .5*2 - .4 = 1.6;  4: .5*.4 - .3 + .25*1.6 = .3;  2: .5 + .5*.3 - .2 + .25*.3 = .525;
+#   1: .5*.2 - .1 + .25*.525 = .13125; returns = A + V.
+# turn_gae high level: k1: 1 + .8*2 - .4 = 2.2, R1 = 2.6; k0: .5 + .8*.4 - .2 + .8*.5*2.2 = 1.5,
+#   R0 = 1.7; low level: 5: 2.6 - .4 = 2.2; 4: .5*.4 - .3 + .25*2.2 = .45; 2: 1.7 - .2 = 1.5;
+#   1: .5*.2 - .1 + .25*1.5 = .375.
+# step_gae (V_k at the turn's first action slot: .1, .3): k1: 1 + .5*2 - .3 = 1.7, R1 = 2.0;
+#   k0: .5 + .5*.3 - .1 + .25*1.7 = .975, R0 = 1.075.
+# Terminal (no bootstrap) for comparison: ppo_gae [.115625, .4625, .05, .6].
+BOOTSTRAP_HAND = {
+    "ppo_gae": ({}, [0.13125, 0.525, 0.3, 1.6], [0.23125, 0.725, 0.6, 2.0]),
+    "turn_gae": ({"turn_gamma": 0.8}, [0.375, 1.5, 0.45, 2.2], [0.475, 1.7, 0.75, 2.6]),
+    "step_gae": ({}, [0.975, 0.975, 1.7, 1.7], [1.075, 1.075, 2.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOOTSTRAP_HAND))
+def test_bootstrap_truncated__hand(name):
+    extra, adv, ret = BOOTSTRAP_HAND[name]
+    traj, values = _truncated_case()
+    hp = dict(gamma=0.5, lam=0.5, whiten=False, **extra)
+    out = run_credit(name, traj, values, bootstrap_truncated=True, **hp)
+    _close(np.asarray(out.advantages)[0, SLOTS], adv)
+    _close(np.asarray(out.returns)[0, SLOTS], ret)
+    assert float(out.metrics["frac_bootstrapped"]) == 1.0
+    # Off (the default) or a row the environment ended: terminal, the tail is never read.
+    terminal = run_credit(name, traj, values.at[0, 7].set(0.0), **hp)
+    assert not np.allclose(np.asarray(terminal.advantages)[0, SLOTS], adv)
+    for traj_, hp_ in ((traj, {}), (_truncated_case(done=True)[0], {"bootstrap_truncated": True})):
+        got = run_credit(name, traj_, values, **hp, **hp_)
+        _close(np.asarray(got.advantages), np.asarray(terminal.advantages))
+        _close(np.asarray(got.returns), np.asarray(terminal.returns))
+    if name == "ppo_gae":
+        _close(np.asarray(terminal.advantages)[0, SLOTS], [0.115625, 0.4625, 0.05, 0.6])
+
+
+def test_truncation_tail__reads_the_slot_after_the_last_valid_one():
+    # Row 0 fills all 7 slots (no slot after it: stays terminal); row 1 took one turn of two
+    # (cut by the context limit: truncated, not done), its last valid slot is its obs slot 3,
+    # so its tail is V at slot 4; row 2 took no turn (nothing to train on: no tail).
+    traj = episodes_traj([[0.5, 1.0], [0.3], []], [0, 0, 0])
+    traj = traj.replace(truncated=jnp.asarray([True, True, True]), done=jnp.zeros(3, bool))
+    values = jnp.arange(21, dtype=jnp.float32).reshape(3, 7)
+    tail, boot = token_lib.truncation_tail(traj, values)
+    np.testing.assert_array_equal(np.asarray(boot), [False, True, False])
+    np.testing.assert_array_equal(np.asarray(tail), [0.0, 11.0, 0.0])
+    padded = token_lib.with_tail_slot(traj)
+    tail, boot = token_lib.truncation_tail(padded, jnp.arange(24.0).reshape(3, 8))
+    np.testing.assert_array_equal(np.asarray(boot), [True, True, False])
+    np.testing.assert_array_equal(np.asarray(tail), [7.0, 12.0, 0.0])
+
+
+def test_bootstraps_truncated__reads_the_resolved_hyperparameter():
+    on = functools.partial(
+        credit.get("ppo_gae"), **credit.validate("ppo_gae", {"bootstrap_truncated": True})
+    )
+    assert token_lib.bootstraps_truncated(on)
+    assert not token_lib.bootstraps_truncated(functools.partial(credit.get("ppo_gae")))
+    assert not token_lib.bootstraps_truncated(credit.get("grpo"))
