@@ -1,8 +1,13 @@
 """Tests for rl4agents.checkpoint."""
 
+import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 
 import flax
 import jax
@@ -13,7 +18,8 @@ import pytest
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-from rl4agents.checkpoint import Checkpointer
+from rl4agents import checkpoint as checkpoint_lib
+from rl4agents.checkpoint import CHECKSUMS_NAME, Checkpointer, CheckpointError
 
 CONFIG = {"model": {"d_model": 64, "num_layers": 2}, "env": {"name": "gsm"}, "lr": 1e-3}
 COMPAT = ("model.d_model", "env.name")
@@ -268,3 +274,204 @@ def test_checkpointer__unreadable_stored_config_names_the_file(tmp_path, text):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(ValueError, match=f"{tmp_path / 'config.json'} (is not a JSON|holds no)"):
         _checkpointer(tmp_path)
+
+
+def _largest_file(directory) -> str:
+    files = [os.path.join(root, n) for root, _, names in os.walk(directory) for n in names]
+    return max(files, key=os.path.getsize)
+
+
+def test_checkpointer__checksums_list_every_file_of_a_step(tmp_path):
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, {"w": jnp.arange(1000.0)})
+    step = tmp_path / "1"
+    lines = (step / CHECKSUMS_NAME).read_text().splitlines()
+    listed = {}
+    for line in lines:  # the sha256sum format
+        digest, rel = line.split("  ")
+        listed[rel] = digest
+    files = {
+        os.path.relpath(os.path.join(root, n), step)
+        for root, _, names in os.walk(step)
+        for n in names
+        if n != CHECKSUMS_NAME
+    }
+    assert set(listed) == files and any(rel.startswith("default/") for rel in files)
+    for rel, digest in listed.items():
+        assert hashlib.sha256((step / rel).read_bytes()).hexdigest() == digest
+    assert checkpoint_lib.verify_checksums(step) is None
+    assert checkpoint_lib.saved_steps(tmp_path) == [1]
+
+
+def test_checkpointer__flipped_bytes_are_refused_naming_the_intact_step(tmp_path):
+    """Bit rot in a step's largest data file (which Orbax reads back without complaint) is
+    caught by the step's checksums, in one line naming the step to resume from."""
+    state = {"w": jnp.arange(60000.0).reshape(200, 300), "b": jnp.ones(4)}
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+        ckpt.save(2, state)
+    data = _largest_file(tmp_path / "2")
+    with open(data, "r+b") as f:
+        f.seek(os.path.getsize(data) // 2)
+        chunk = f.read(64)
+        f.seek(-64, os.SEEK_CUR)
+        f.write(bytes(b ^ 0xFF for b in chunk))
+    with _checkpointer(tmp_path) as ckpt:
+        with pytest.raises(ValueError) as info:
+            ckpt.restore(None, state)
+        message = str(info.value)
+        assert "\n" not in message, message
+        rel = os.path.relpath(data, tmp_path / "2")
+        assert f"Checkpoint step 2 in {tmp_path} is damaged" in message
+        assert f"sha256 of {rel} differs from {CHECKSUMS_NAME}" in message
+        assert f"to resume from step 1, move {tmp_path / '2'} out of the directory" in message
+        _assert_tree_equal(ckpt.restore(1, state), state)
+
+
+def test_checkpointer__step_without_checksums_restores_unverified(tmp_path):
+    """A step saved before checksums existed, or by a run killed while writing them (a
+    temporary file left over), still restores."""
+    state = {"w": jnp.arange(10.0)}
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+    (tmp_path / "1" / CHECKSUMS_NAME).rename(tmp_path / "1" / f"{CHECKSUMS_NAME}.tmp.123")
+    with _checkpointer(tmp_path) as ckpt:
+        _assert_tree_equal(ckpt.restore(None, state), state)
+
+
+def test_checkpointer__kill_between_commit_and_checksums_leaves_a_restorable_run(tmp_path):
+    """SIGKILL after Orbax committed step 2 and before its checksums were written (half a
+    temporary checksum file on disk): the run resumes from step 2, and its next save is
+    checksummed."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        import jax.numpy as jnp
+        from rl4agents import checkpoint
+
+        def write_then_die(step_dir):
+            if step_dir.endswith(os.sep + "2"):
+                with open(os.path.join(step_dir, checkpoint.CHECKSUMS_NAME + ".tmp.1"), "w") as f:
+                    f.write("0" * 10)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return write(step_dir)
+
+        write, checkpoint.write_checksums = checkpoint.write_checksums, write_then_die
+        ckpt = checkpoint.Checkpointer(sys.argv[1], config_json="{}", compat_keys=())
+        for step in (1, 2):
+            ckpt.save(step, {"w": jnp.arange(5.0) + step})
+        ckpt.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    assert not (tmp_path / "2" / CHECKSUMS_NAME).exists()
+    with Checkpointer(tmp_path, config_json="{}", compat_keys=()) as ckpt:
+        assert ckpt.latest_step() == 2
+        _assert_tree_equal(ckpt.restore(None, {"w": jnp.zeros(5)}), {"w": jnp.arange(5.0) + 2})
+        ckpt.save(3, {"w": jnp.arange(5.0)})
+    assert checkpoint_lib.verify_checksums(tmp_path / "3") is None
+    assert (tmp_path / "3" / CHECKSUMS_NAME).exists()
+
+
+def test_checkpointer__refusals_leave_no_orbax_noise(tmp_path):
+    """One line on stderr per refusal, nothing else: a step (without checksums, as saved
+    before them) whose manifest.ocdbt is gone fails to read many arrays at once (no "Event
+    loop is closed" tracebacks from reads that finish after Orbax closed its event loop), and
+    a save that fails in the background (no tracebacks logged by Orbax's threads)."""
+    state = {f"w{i}": np.arange(6000.0 + i) for i in range(40)}  # NumPy: nothing to compile
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+        ckpt.save(2, state)
+    (tmp_path / "2" / CHECKSUMS_NAME).unlink()
+    (tmp_path / "2" / "default" / "manifest.ocdbt").unlink()
+    script = textwrap.dedent(
+        """
+        import sys
+        import time
+        import numpy as np
+        from orbax.checkpoint._src.path import async_path
+        from rl4agents.checkpoint import CheckpointError, Checkpointer
+
+        state = {f"w{i}": np.zeros(6000 + i) for i in range(40)}
+        with Checkpointer(sys.argv[1], config_json=sys.argv[2], compat_keys=()) as ckpt:
+            try:
+                ckpt.restore(None, state)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+
+        async def full_disk(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        async_path.write_text = full_disk
+        ckpt = Checkpointer(sys.argv[3], config_json="{}", compat_keys=())
+        try:
+            ckpt.save(1, state)
+            ckpt.close()
+        except CheckpointError as e:
+            print(f"error: {e}", file=sys.stderr)
+        time.sleep(1)  # reports from Orbax's threads may come after the error
+        sys.exit(2)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), _config(), str(tmp_path / "full")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 2, out.stderr
+    assert lines[0].startswith(f"error: Checkpoint step 2 in {tmp_path} is damaged"), lines
+    assert lines[1].startswith("error: checkpoint save of step 1 failed: [Errno 28]"), lines
+
+
+def _fail_orbax_writes(monkeypatch):
+    """Makes Orbax's background metadata writes fail as on a full disk."""
+    from orbax.checkpoint._src.path import async_path
+
+    async def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(async_path, "write_text", full_disk)
+
+
+def test_checkpointer__failed_save_raises_one_line_and_keeps_the_last_good_step(
+    tmp_path, monkeypatch
+):
+    state = {"w": jnp.arange(100.0)}
+    ckpt = _checkpointer(tmp_path, max_to_keep=1)
+    ckpt.save(6, state)
+    ckpt.wait()
+    _fail_orbax_writes(monkeypatch)
+    with pytest.raises(CheckpointError) as info:
+        ckpt.save(8, {"w": jnp.zeros(100)})
+        ckpt.wait()  # the save is asynchronous: its failure shows here at the latest
+    assert str(info.value) == (
+        "checkpoint save of step 8 failed: [Errno 28] No space left on device; "
+        f"last good checkpoint: step 6 ({tmp_path / '6'})"
+    )
+    assert isinstance(info.value, ValueError)
+    ckpt.close()  # the failure is reported once; Orbax's threads are released
+    monkeypatch.undo()
+    assert checkpoint_lib.saved_steps(tmp_path) == [6]
+    with _checkpointer(tmp_path) as ckpt:
+        _assert_tree_equal(ckpt.restore(None, state), state)
+
+
+def test_checkpointer__failed_save_is_raised_by_the_next_save(tmp_path, monkeypatch):
+    """An asynchronous save that failed in the background stops the next `save` (naming the
+    failed step), before that one starts; with no earlier step, none is named as good."""
+    ckpt = _checkpointer(tmp_path)
+    _fail_orbax_writes(monkeypatch)
+    assert ckpt.save(2, {"w": jnp.arange(3.0)})  # started; fails in the background
+    with pytest.raises(CheckpointError) as info:
+        ckpt.save(4, {"w": jnp.arange(3.0)})
+    assert str(info.value) == (
+        "checkpoint save of step 2 failed: [Errno 28] No space left on device; "
+        f"last good checkpoint: none in {tmp_path}"
+    )
+    ckpt.close()
+    assert checkpoint_lib.saved_steps(tmp_path) == []
