@@ -14,6 +14,15 @@ into --out: table.md, table.csv (one row per cell), table.tex (booktabs), runs.c
 run, with its status) and curves_<env>.png (per variant the mean over seeds of each curve key
 from metrics.jsonl against the step, with a min-max band over seeds). Runs that are missing or
 incomplete are listed in table.md and on stdout, never silently dropped.
+
+Provenance: each run's provenance.json (rl4agents.provenance, written by train.py) gives its
+git commit, uncommitted changes, JAX version and devices; table.md ends with them (one line
+when every run agrees, else one line per kind with its runs). The table refuses, in one
+`error:` line naming two runs and what differs, to pool complete runs made at different
+commits, or runs of one base config and environment whose configs differ beyond the seed and
+the keys the sweep sets per run (its variants); `--allow_mixed` pools them anyway and lists
+the differences in table.md. Runs without provenance.json (made before it was recorded) count
+as "unknown": a warning on stderr, no refusal; a table of such runs only is as before.
 """
 
 from __future__ import annotations
@@ -27,13 +36,15 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from rl4agents import config_utils  # noqa: E402
+from rl4agents import config_utils, provenance  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 from rl4agents.train import writers  # noqa: E402
 
 DEFAULT_METRICS = "eval_test.greedy_success,eval_ood.greedy_success,wall_s:min"
 DEFAULT_CURVES = "eval_test/greedy_success"
 STD_NOTE = "sample standard deviation (ddof=1) over seeds; no std when n=1"
+MIXED_HINT = "allowed: runs of one commit and config, or --allow_mixed to pool them anyway"
+_NAMED = 5  # runs named per provenance line
 
 
 @dataclasses.dataclass
@@ -49,6 +60,8 @@ class Entry:
     detail: str
     summary: dict | None = None
     config: dict | None = None
+    spec: str | None = None  # the base config spec "FILE[:ARG]" of sweep.json
+    provenance: dict | None = None  # provenance.json, None when absent
 
 
 @dataclasses.dataclass
@@ -85,9 +98,11 @@ def load_entries(sweep_dir: str, strip: str = "", only: str | None = None) -> li
         workdir = os.path.join(sweep_dir, r["dir"])
         status, detail = sweep_lib.run_status(workdir)
         e = Entry(r["name"], workdir, label, r["env"], r["seed"], status, detail)
+        e.spec = r.get("config")
         config_path = os.path.join(workdir, sweep_lib.CONFIG_NAME)
         if status == "complete":
             e.summary = sweep_lib.read_summary(workdir)
+            e.provenance = provenance.read(workdir)
             if os.path.exists(config_path):
                 with open(config_path) as f:
                     e.config = json.load(f)
@@ -107,14 +122,79 @@ def check_cells(entries: list[Entry]) -> None:
             raise ValueError(
                 f"runs {other.name!r} and {e.name!r} share the row {e.label!r} and the "
                 f"environment {e.env!r} but their configs differ beyond the seed: {diff[:5]}; "
-                "name the keys that differ (sweep_values) or use distinct config arguments"
+                "name the keys that differ (sweep_values) or use distinct config arguments "
+                "(or --allow_mixed)"
             )
 
 
-def aggregate(entries: list[Entry], metrics: list[tuple[str, str]]) -> Table:
-    """Mean/std/n per variant x environment x metric over the complete runs, best marked."""
+def varied_keys(plan: list[dict]) -> set[str]:
+    """The config keys a sweep sets per run: named in a variant ("key=value"), or overridden
+    with values that differ between the runs of `plan` (sweep.json's "runs")."""
+    keys = {part.split("=", 1)[0] for r in plan for part in r.get("variant", ()) if "=" in part}
+    overrides = [r.get("overrides", {}) for r in plan]
+    for key in {k for o in overrides for k in o}:
+        values = {json.dumps(o.get(key, "<unset>"), sort_keys=True) for o in overrides}
+        if len(values) > 1:
+            keys.add(key)
+    return keys
+
+
+def _commit(e: Entry) -> str | None:
+    return ((e.provenance or {}).get("git") or {}).get("commit")
+
+
+def pooling_problems(entries: list[Entry], varied: set[str]) -> list[str]:
+    """Why the complete runs should not share a table, one line each (empty: they may).
+
+    Runs made at different commits (unknown commits aside); runs of one base config spec and
+    environment whose configs differ beyond the seed and the `varied` keys."""
     done = [e for e in entries if e.status == "complete"]
-    check_cells(done)
+    problems = []
+    commits: dict[str, Entry] = {}
+    for e in done:
+        if _commit(e) is not None:
+            commits.setdefault(_commit(e), e)
+    if len(commits) > 1:
+        (a, ea), (b, eb) = list(commits.items())[:2]
+        more = f" ({len(commits)} commits in all)" if len(commits) > 2 else ""
+        problems.append(
+            f"runs {ea.name!r} and {eb.name!r} were made at different commits "
+            f"({a[:7]} and {b[:7]}){more}"
+        )
+    ignore = {sweep_lib.SEED_KEY, *varied}
+    first: dict[tuple, Entry] = {}
+    for e in done:
+        if e.config is None:
+            continue
+        other = first.setdefault((e.spec, e.env), e)
+        diff = sweep_lib.config_diff(other.config, e.config, ignore=ignore)
+        if diff:
+            problems.append(
+                f"runs {other.name!r} and {e.name!r} (config {e.spec!r}) have configs that "
+                f"differ beyond the seed and the keys the sweep varies: {'; '.join(diff[:3])}"
+                + (f" ({len(diff)} keys in all)" if len(diff) > 3 else "")
+            )
+    return problems
+
+
+def aggregate(
+    entries: list[Entry],
+    metrics: list[tuple[str, str]],
+    varied: set[str] = frozenset(),
+    allow_mixed: bool = False,
+) -> Table:
+    """Mean/std/n per variant x environment x metric over the complete runs, best marked.
+
+    Raises:
+      ValueError: runs that may not be pooled (`pooling_problems`; a cell's runs differing
+        beyond the seed), unless `allow_mixed`.
+    """
+    done = [e for e in entries if e.status == "complete"]
+    if not allow_mixed:
+        check_cells(done)
+        problems = pooling_problems(entries, set(varied))
+        if problems:
+            raise ValueError(f"{problems[0]}; {MIXED_HINT}")
     rows = list(dict.fromkeys(e.label for e in entries))
     envs = list(dict.fromkeys(e.env for e in entries))
     cells = {}
@@ -154,7 +234,9 @@ def _arrow(goal: str) -> str:
     return "↑" if goal == "max" else "↓"
 
 
-def to_markdown(table: Table, title: str, entries: list[Entry], pngs: list[str]) -> str:
+def to_markdown(
+    table: Table, title: str, entries: list[Entry], pngs: list[str], mixed: list[str] = ()
+) -> str:
     header = ["variant"] + [
         f"{env}: {k} {_arrow(g)}" for env in table.envs for k, g in table.metrics
     ]
@@ -182,9 +264,48 @@ def to_markdown(table: Table, title: str, entries: list[Entry], pngs: list[str])
     complete = sum(e.status == "complete" for e in entries)
     lines += ["", f"{complete} of {len(entries)} runs complete."]
     lines += _missing_lines(entries, bullet="- ")
+    lines += provenance_lines(entries, mixed)
     for png in pngs:
         lines += ["", f"![{os.path.splitext(png)[0]}]({png})"]
     return "\n".join(lines) + "\n"
+
+
+def describe_provenance(record: dict | None) -> str:
+    """ "commit 275943f (clean), jax 0.10.2, 8 cpu devices", or "unknown (no provenance.json)"."""
+    if record is None:
+        return "unknown (no provenance.json)"
+    git = record.get("git") or {}
+    commit = git.get("commit")
+    dirty = {True: "uncommitted changes", False: "clean", None: "changes unknown"}[git.get("dirty")]
+    jax = (record.get("packages") or {}).get("jax") or "unknown"
+    devices = record.get("devices")
+    where = f"{devices['count']} {devices['platform']} devices" if devices else "devices unknown"
+    text = f"commit {commit[:7]} ({dirty})" if commit else "commit unknown (not a git checkout)"
+    return f"{text}, jax {jax}, {where}"
+
+
+def provenance_lines(entries: list[Entry], mixed: list[str] = ()) -> list[str]:
+    """table.md's provenance footer: one line when the complete runs agree, else one line per
+    kind naming its runs; then what --allow_mixed pooled. No provenance line when no run has
+    provenance.json (a table made before provenance was recorded reads as it did)."""
+    done = [e for e in entries if e.status == "complete"]
+    kinds: dict[str, list[Entry]] = {}
+    for e in done:
+        kinds.setdefault(describe_provenance(e.provenance), []).append(e)
+    lines = []
+    if not any(e.provenance for e in done):
+        pass
+    elif len(kinds) == 1:
+        lines = ["", f"Provenance: {next(iter(kinds))} ({len(done)} runs)."]
+    else:
+        lines = ["", f"Provenance ({len(kinds)} kinds):"]
+        for text, runs in kinds.items():
+            names = ", ".join(f"`{e.name}`" for e in runs[:_NAMED])
+            names += f", ... ({len(runs)} runs)" if runs[_NAMED:] else ""
+            lines.append(f"- {text}: {names}")
+    if mixed:
+        lines += ["", "Pooled with --allow_mixed:"] + [f"- {p}" for p in mixed]
+    return lines
 
 
 def _missing_lines(entries: list[Entry], bullet: str) -> list[str]:
@@ -358,6 +479,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--strip", default="", help="regex removed from row labels (merge rows across envs)"
     )
     p.add_argument("--only", default=None, help="only runs whose name contains this")
+    p.add_argument(
+        "--allow_mixed",
+        action="store_true",
+        help="pool runs of different commits or configs (listed in table.md)",
+    )
     return p.parse_args(argv)
 
 
@@ -381,19 +507,30 @@ def main(argv: list[str] | None = None) -> int:
             names = ", ".join(e.name for e in load_entries(args.sweep, args.strip)[:5])
             raise ValueError(f"--only={args.only!r} matches no run; runs: {names}, ...")
         check_keys(entries, metrics, keys)
-        table = aggregate(entries, metrics)
+        with open(os.path.join(args.sweep, sweep_lib.PLAN_NAME)) as f:
+            plan = json.load(f)
+        varied = varied_keys(plan["runs"])
+        table = aggregate(entries, metrics, varied, allow_mixed=args.allow_mixed)
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with open(os.path.join(args.sweep, sweep_lib.PLAN_NAME)) as f:
-        title = args.title or json.load(f)["study"]
+    title = args.title or plan["study"]
+    done = [e for e in entries if e.status == "complete"]
+    unknown = [e for e in done if e.provenance is None]
+    if unknown:
+        print(
+            f"warning: {len(unknown)} of {len(done)} complete runs have no provenance.json "
+            f"(made before it was recorded; e.g. {unknown[0].name!r}): their commit is unknown",
+            file=sys.stderr,
+        )
+    mixed = pooling_problems(entries, varied) if args.allow_mixed else []
     os.makedirs(args.out, exist_ok=True)
     pngs = []
     for env in table.envs:
         png = f"curves_{env}.png"
         if keys and plot_env_curves(entries, env, keys, os.path.join(args.out, png)):
             pngs.append(png)
-    markdown = to_markdown(table, title, entries, pngs)
+    markdown = to_markdown(table, title, entries, pngs, mixed)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(markdown)
     with open(os.path.join(args.out, "table.tex"), "w") as f:

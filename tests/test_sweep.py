@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -363,6 +364,9 @@ def test_runner__skips_complete_resumes_killed_reports_failed(fake, monkeypatch,
     ]
     plan = json.loads((out / "sweep.json").read_text())
     assert [r["variant"] for r in plan["runs"]][::2] == [["optim.lr=0.1"], ["optim.lr=0.2"]]
+    prov = json.loads((out / "provenance.json").read_text())  # the runner's own
+    assert prov["sweep"]["runs"] == 4 and prov["argv"][1:] == fake["args"]
+    assert prov["devices"] is None and prov["config"] is None  # each run has its own
 
     # Rerun: complete runs are skipped, the killed run resumes, the failing one fails again.
     assert runner.main(fake["args"]) == 1
@@ -807,3 +811,103 @@ def test_make_table__only_keeps_the_named_runs(tmp_path):
     assert make_table.main([f"--sweep={root}", f"--out={out}", "--only=gigpo"]) == 0
     md = (out / "table.md").read_text()
     assert "0.250 (n=1)" in md and "0.500" not in md
+
+
+# Provenance in tables.
+
+
+def _provenance(run_dir, commit, *, dirty=False, jax_version="0.10.2", count=8):
+    record = {
+        "git": {"commit": commit, "dirty": dirty},
+        "packages": {"jax": jax_version},
+        "devices": {"platform": "cpu", "count": count},
+    }
+    (run_dir / "provenance.json").write_text(json.dumps(record))
+
+
+def test_make_table__provenance_footer_and_mixed_commits_refused(tmp_path, capsys):
+    root, out = tmp_path / "sweep", tmp_path / "out"
+    runs = [
+        _make_run(root, "a/seed=0", [], "fl", 0, success=0.5, wall=1.0),
+        _make_run(root, "a/seed=1", [], "fl", 1, success=0.7, wall=1.0),
+        _make_run(root, "b/seed=0", ["x=1"], "fl", 0, success=0.2, wall=2.0),
+    ]
+    _write_plan(root, runs)
+    c1, c2 = "c1" * 20, "d2" * 20
+    for r in runs:
+        _provenance(root / r["dir"], c1)
+    make_table = _script("make_table")
+    args = [f"--sweep={root}", f"--out={out}"]
+    assert make_table.main(args) == 0
+    md = (out / "table.md").read_text()
+    assert "Provenance: commit c1c1c1c (clean), jax 0.10.2, 8 cpu devices (3 runs)." in md
+    assert "warning" not in capsys.readouterr().err
+
+    # Another commit: refused in one line naming both runs and commits, nothing written.
+    _provenance(root / runs[2]["dir"], c2, dirty=True)
+    shutil.rmtree(out)
+    assert make_table.main(args) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: runs 'a/seed=0' and 'b/seed=0' were made at different commits (c1c1c1c and "
+        f"d2d2d2d); {make_table.MIXED_HINT}\n"
+    )
+    assert not out.exists()
+    assert make_table.main([*args, "--allow_mixed"]) == 0
+    md = (out / "table.md").read_text()
+    assert "Provenance (2 kinds):" in md
+    assert "- commit c1c1c1c (clean), jax 0.10.2, 8 cpu devices: `a/seed=0`, `a/seed=1`" in md
+    assert "- commit d2d2d2d (uncommitted changes), jax 0.10.2, 8 cpu devices: `b/seed=0`" in md
+    assert "Pooled with --allow_mixed:\n- runs 'a/seed=0' and 'b/seed=0' were made" in md
+    assert "| x=1 | 0.200 (n=1) |" in md
+
+    # A run without provenance.json (made before it was recorded) is unknown: one warning,
+    # no refusal; a dirty tree is shown, not refused.
+    _provenance(root / runs[2]["dir"], c1, dirty=True)
+    (root / runs[1]["dir"] / "provenance.json").unlink()
+    assert make_table.main(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "1 of 3 complete runs have no provenance.json" in err
+    md = (out / "table.md").read_text()
+    assert "- unknown (no provenance.json): `a/seed=1`" in md
+    assert "Pooled with" not in md
+
+    # No run with provenance.json (tables made before it was recorded): no footer at all.
+    for r in runs:
+        (root / r["dir"] / "provenance.json").unlink(missing_ok=True)
+    assert make_table.main(args) == 0
+    assert "Provenance" not in (out / "table.md").read_text()
+
+
+def test_make_table__configs_must_agree_beyond_seed_and_varied_keys(tmp_path, capsys):
+    root, out = tmp_path / "sweep", tmp_path / "out"
+    runs = []
+    for x, vh, seed in [(1, "none", 0), (1, "none", 1), (2, "shared", 0)]:
+        config = {"seed": seed, "x": x, "vh": vh, "optim": {"lr": 0.1}}
+        name = f"cfg/x={x}/seed={seed}"
+        run = _make_run(root, name, [f"x={x}"], "fl", seed, success=0.5, wall=1.0, config=config)
+        # vh varies with x but is not in the name (sweep_values(..., in_name=False)).
+        run.update(config="cfg.py", overrides={"x": x, "vh": vh, "seed": seed})
+        runs.append(run)
+    _write_plan(root, runs)
+    make_table = _script("make_table")
+    assert make_table.varied_keys(runs) == {"x", "vh", "seed"}
+    args = [f"--sweep={root}", f"--out={out}"]
+    assert make_table.main(args) == 0  # x and vh are what the sweep varies
+    assert "warning: 3 of 3 complete runs have no provenance.json" in capsys.readouterr().err
+    # A key the sweep does not set differs (a default changed between the runs, say).
+    config_path = root / runs[2]["dir"] / "config.json"
+    config = json.loads(config_path.read_text())
+    config["optim"]["lr"] = 0.2
+    config_path.write_text(json.dumps(config))
+    assert make_table.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "error: runs 'cfg/x=1/seed=0' and 'cfg/x=2/seed=0' (config 'cfg.py') have configs "
+        "that differ beyond the seed and the keys the sweep varies: optim.lr: 0.1 -> 0.2; "
+    )
+    assert err.endswith("--allow_mixed to pool them anyway\n")
+    assert make_table.main([*args, "--allow_mixed"]) == 0
+    md = (out / "table.md").read_text()
+    assert "Pooled with --allow_mixed:" in md and "optim.lr: 0.1 -> 0.2" in md
+    assert "Provenance" not in md  # no run has provenance.json
