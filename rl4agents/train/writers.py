@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"  # written by rl4agents/train/loop.py at the end of a run
 TB_DIR = "tb"
@@ -195,12 +197,47 @@ def relative_paths(tree: Any, workdir: str | os.PathLike) -> Any:
     return walk(tree)
 
 
+Z_95 = 1.959964  # the standard normal's 97.5% quantile: two-sided 95% intervals
+
+
+def wilson_interval(p: Any, n: int, z: float = Z_95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of a success rate measured on `n` independent tasks.
+
+    Better than the normal approximation near 0 and 1, where evaluations of a good policy
+    sit: 256 of 256 tasks solved gives [0.985, 1], not the normal approximation's [1, 1].
+
+    Args:
+      p: f[...] observed success rates in [0, 1] (a float or an array).
+      n: the number of tasks each rate was measured on (>= 1).
+      z: the normal quantile; the default gives a 95% interval.
+
+    Returns:
+      (lo, hi): f64[...] arrays shaped like `p`, with 0 <= lo <= p <= hi <= 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"wilson_interval: n={n!r}; allowed: an int >= 1 (tasks evaluated)")
+    p = np.clip(np.asarray(p, np.float64), 0.0, 1.0)
+    z2n = z * z / n
+    center = (p + z2n / 2) / (1 + z2n)
+    half = z / (1 + z2n) * np.sqrt(p * (1 - p) / n + z2n / (4 * n))
+    return np.clip(center - half, 0.0, 1.0), np.clip(center + half, 0.0, 1.0)
+
+
 def _series_names(key: str, columns: Iterable[str]) -> list[str]:
-    """The columns to plot for `key`: itself if present, else every "<prefix>/key"."""
+    """The columns to plot for `key`: itself if present, else every "<prefix>/key". An
+    evaluation column ("eval_test/greedy_success") brings the other splits' ("eval_ood/...")."""
     columns = set(columns)
+    if key.startswith("eval_") and "/" in key:
+        metric = key.split("/", 1)[1]
+        return sorted(c for c in columns if c.startswith("eval_") and c.endswith("/" + metric))
     if key in columns:
         return [key]
     return sorted(c for c in columns if c.rsplit("/", 1)[-1] == key and "/" in c)
+
+
+def _is_success(name: str) -> bool:
+    """A success rate (drawn on a fixed [0, 1] axis): "train/success", "eval_ood/greedy_success"."""
+    return name.rsplit("/", 1)[-1].endswith("success")
 
 
 def plot_curves(
@@ -209,16 +246,39 @@ def plot_curves(
     keys: Sequence[str],
     x: str = "step",
     title: str | None = None,
+    *,
+    eval_tasks: int | None = None,
+    sft_metrics: str | os.PathLike | None = None,
+    sft_wall_counted: bool = False,
 ) -> str:
     """Plots metric curves from a metrics JSONL file into a PNG, one subplot per key.
+
+    Success rates (names ending in "success") are drawn on a fixed [0, 1] axis, so that the
+    sampling noise of an evaluation does not look like a trend. An evaluation key
+    ("eval_test/greedy_success") draws every split's curve in its panel: the held-out test
+    tasks and, where logged, the out-of-distribution ones ("eval_ood/greedy_success").
+    With `eval_tasks`, each evaluated success rate gets its binomial 95% band (the Wilson
+    interval over `eval_tasks` tasks, `wilson_interval`).
+
+    With `sft_metrics` (the metrics.jsonl of the scripts/sft.py run this run started from),
+    the SFT phase comes first, shaded: on the step axis its steps are drawn as logged and
+    RL step s at (SFT's last step) + s, so the SFT's closing evaluation is where RL starts;
+    on the wall-time axis RL's times are shifted by the SFT's last logged time unless
+    `sft_wall_counted` (RL's times already include it: `init.count_wall`). SFT rows are
+    drawn in the same panels as the run's own (its "sft/nll" for a key "nll" or "sft/nll",
+    its closing "eval_test/..." as the first point of the run's curve).
 
     Args:
       jsonl_path: the `metrics.jsonl` file.
       png_path: where to write the PNG (parent directories are created).
       keys: metric names: "reward" plots every "<prefix>/reward" series present (train and
-        eval); a full name such as "eval/reward" plots just that one.
+        eval); a full name such as "train/reward" plots just that one, and one such as
+        "eval_test/greedy_success" that metric on every evaluated split.
       x: the x axis, "step" or "wall_time".
       title: the figure title.
+      eval_tasks: tasks per evaluation (`train.eval_tasks`), for the 95% bands; None: none.
+      sft_metrics: an SFT run's metrics.jsonl, drawn as the phase before RL; None: none.
+      sft_wall_counted: whether the run's wall times already count the SFT's (x="wall_time").
 
     Returns:
       `png_path` as a string.
@@ -229,25 +289,54 @@ def plot_curves(
 
     if not keys:
         raise ValueError("plot_curves needs at least one key.")
+    if x not in ("step", "wall_time"):
+        raise ValueError(f"plot_curves: x={x!r}; allowed: 'step' or 'wall_time'")
+    if eval_tasks is not None:
+        wilson_interval(0.5, eval_tasks)  # the one-line error for a bad count
     rows = read_metrics(jsonl_path)
+    sft_end = None
+    if sft_metrics is not None:
+        if not os.path.isfile(sft_metrics):
+            raise ValueError(
+                f"plot_curves: sft_metrics={os.fspath(sft_metrics)!r} is not a file; allowed: "
+                "the metrics.jsonl of a scripts/sft.py workdir, or None"
+            )
+        sft_rows = [r for r in read_metrics(sft_metrics) if x in r]
+        sft_end = max((r[x] for r in sft_rows), default=0.0)
+        shift = 0.0 if x == "wall_time" and sft_wall_counted else sft_end
+        rows = sft_rows + [{**r, x: r[x] + shift} for r in rows if x in r]
     columns = {name for row in rows for name in row}
     fig = Figure(figsize=(6, 2.6 * len(keys)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(keys), 1, squeeze=False)[:, 0]
     for ax, key in zip(axes, keys, strict=True):
-        for name in _series_names(key, columns):
+        if sft_end:
+            ax.axvspan(0, sft_end, color="tab:gray", alpha=0.15, lw=0, label="SFT")
+        names = _series_names(key, columns)
+        for name in names:
             points = [
                 (row[x], row[name])
                 for row in rows
                 if x in row and name in row and math.isfinite(row[name])
             ]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name)
-        ax.set_title(key)
-        ax.set_xlabel("wall time (s)" if x == "wall_time" else x)
+            if not points:
+                continue
+            xs, ys = (np.asarray(v, np.float64) for v in zip(*points, strict=True))
+            (line,) = ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name)
+            if eval_tasks and name.startswith("eval_") and _is_success(name):
+                lo, hi = wilson_interval(ys, eval_tasks)
+                ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        if names and all(_is_success(name) for name in names):
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_yticks(np.linspace(0, 1, 6))
+        banded = eval_tasks and any(n.startswith("eval_") and _is_success(n) for n in names)
+        ax.set_title(f"{key} (bands: 95%, {eval_tasks} tasks)" if banded else key)
+        label = "wall time (s)" if x == "wall_time" else x
+        if sft_end:
+            label += f" (SFT, then RL from {sft_end:g})" if x == "step" else " (SFT, then RL)"
+        ax.set_xlabel(label)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
+        if ax.get_lines():
             ax.legend(fontsize="small")
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
