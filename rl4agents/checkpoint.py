@@ -18,6 +18,11 @@ of each of its files is written to `<step>/checksums.sha256` (the `sha256sum` fo
 atomically; Orbax lists steps by folder and ignores it). `restore` verifies it first and
 refuses a step whose files changed. A step without the file (saved before checksums existed,
 or by a run killed between the commit and the checksum) restores unverified.
+
+Failures are one line each: from the first `Checkpointer` on, Orbax's ERROR log records and
+the "Event loop is closed" reports of TensorStore callbacks that outlive a failed operation
+are dropped process-wide (`_mute_orbax_noise`); each such failure reaches the caller as an
+exception.
 """
 
 from __future__ import annotations
