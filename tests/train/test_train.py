@@ -222,9 +222,9 @@ def test_loop__interrupted_in_the_final_evaluation_finishes_on_rerun(
 ):
     evaluate, calls = loop.evaluate, []
 
-    def interrupted_third(*args):  # steps 2 and 4, then the final evaluation's first split
+    def interrupted_third(*args):  # test and OOD at steps 2 and 4, then the final's first
         calls.append(args)
-        if len(calls) == 3:
+        if len(calls) == 5:
             raise KeyboardInterrupt
         return evaluate(*args)
 
@@ -282,6 +282,8 @@ def test_eval_cli__prints_table_and_refuses_bad_flags_in_one_line(tmp_path, full
     out = _eval_cli(f"--workdir={old}", "--split=test", "--num_tasks=8", "--step=2")
     assert out.returncode == 0, out.stderr
     assert "checkpoint step 2" in out.stdout and "greedy_success" in out.stdout
+    evaluated = json.loads((old / "eval_provenance.json").read_text())["eval"]  # beside the run
+    assert evaluated["step"] == 2 and [r["split"] for r in evaluated["rows"]] == ["test"]
     # A stored config that no longer builds (a value outside its range).
     broken = tmp_path / "broken"
     shutil.copytree(full_run, broken)
