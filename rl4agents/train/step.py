@@ -524,6 +524,14 @@ def train_step(
     if cfg.needs_greedy:
         traj = greedy_baseline(key_rollout, state.params, traj, cfg, shard_fn)
     new_state, metrics = update(state, traj, key_perm, cfg, rows)
+    if cfg.sampling.dynamic:  # a group of equal non-finite rewards is filtered out of `traj`
+        bad = ~jnp.isfinite(ds_metrics["reward_all"])
+        new_state = keep_if(bad, state, new_state)
+        metrics = {
+            **metrics,
+            "nonfinite": jnp.maximum(metrics["nonfinite"], bad.astype(jnp.float32)),
+            "nonfinite_rewards": jnp.maximum(metrics["nonfinite_rewards"], bad.astype(jnp.float32)),
+        }
     return new_state, {**metrics, **ds_metrics}
 
 
@@ -549,7 +557,9 @@ def update(
       rows: the step rows the policy saw under context="window", else None.
 
     Returns:
-      The updated state (step + 1) and a flat dict of f32[] metrics.
+      The updated state (step + 1) and a flat dict of f32[] metrics. When a reward, the loss,
+      the gradient norm or the updated state is not finite, the returned state is `state`
+      itself (step not advanced) and the metrics say so (`nonfinite_metrics`).
     """
     traj = sharding.shard_batch(traj, cfg.mesh)
     batch, adv_metrics = prepare_batch(state, traj, cfg, rows)
@@ -595,7 +605,49 @@ def update(
                 lc.kl_horizon,
             )
         )
-    return new_state, metrics
+    guard = nonfinite_metrics(traj, metrics, new_state)
+    return keep_if(guard["nonfinite"] > 0, state, new_state), {**metrics, **guard}
+
+
+def all_finite(tree) -> jax.Array:
+    """bool[]: every floating-point element of `tree` is finite (other leaves are ignored)."""
+    leaves = [
+        jnp.all(jnp.isfinite(x))
+        for x in jax.tree.leaves(tree)
+        if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)
+    ]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def nonfinite_metrics(
+    traj: Trajectory, metrics: dict[str, jax.Array], new_state: TrainState
+) -> dict[str, jax.Array]:
+    """The update's guard against non-finite values, as f32[] metrics.
+
+    `nonfinite_rewards`: episodes with a non-finite turn, outcome or baseline reward (an
+    environment's inf/nan); `nonfinite_state`: 1.0 when the updated parameters, optimizer state
+    or KL coefficient hold a non-finite value; `nonfinite`: 1.0 when any of these, the loss or
+    the gradient norm (`metrics["loss"]`, `metrics["grad_norm"]`) is not finite: the update is
+    then rejected (`keep_if`).
+    """
+    bad_rows = ~jnp.isfinite(traj.outcome_reward) | ~jnp.all(
+        jnp.isfinite(traj.turn_rewards), axis=1
+    )
+    if traj.baseline_reward is not None:
+        bad_rows = bad_rows | ~jnp.isfinite(traj.baseline_reward)
+    state_ok = all_finite((new_state.params, new_state.opt_state, new_state.kl_coef))
+    ok = ~jnp.any(bad_rows) & jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
+    ok = ok & state_ok
+    return {
+        "nonfinite": (~ok).astype(jnp.float32),
+        "nonfinite_rewards": bad_rows.sum().astype(jnp.float32),
+        "nonfinite_state": (~state_ok).astype(jnp.float32),
+    }
+
+
+def keep_if(bad: jax.Array, old: TrainState, new: TrainState) -> TrainState:
+    """`old` where the traced bool[] `bad` is set, else `new` (bit for bit: a select)."""
+    return jax.tree.map(lambda o, n: jnp.where(bad, o, n), old, new)
 
 
 def _accumulated_grads(grad_fn, params, minibatch: Batch, cfg: StepConfig):
