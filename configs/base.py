@@ -142,6 +142,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.eval_tasks = 256
     c.train.eval_seed = 1234
     c.train.ood_max_turns = 0  # turn limit on the (larger) OOD tasks; 0 = rollout.max_turns
+    # Also evaluate the OOD split (when the env has one) at every eval_every step: eval_ood/...
+    # rows beside eval_test/... (its time counts against train.max_minutes).
+    c.train.eval_ood = True
 
     c.init = ml_collections.ConfigDict()
     c.init.params = ""  # start RL from parameters saved by scripts/sft.py (its workdir)

@@ -6,6 +6,11 @@
 
 Resumes automatically from the workdir's latest checkpoint.
 
+Exit status: 0 finished (or stopped by --config.train.max_minutes's budget: also finished);
+1 stopped by a non-finite reward, loss, gradient or parameter (its step rejected, the earlier
+checkpoints kept) or by a checkpoint that could not be saved; 2 a bad command line or config;
+130 Ctrl-C and 143 SIGTERM (a checkpoint saved: rerun the command to resume).
+
 Multi-process (multi-host) runs start one copy per process; `jax.distributed` starts from the
 cluster environment (SLURM, Open MPI, Cloud TPU) or from --config.distributed.* (docs/multihost.md):
 
@@ -23,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 from absl import app, flags, logging  # noqa: E402
 
-from rl4agents import config_utils, distributed  # noqa: E402
+from rl4agents import checkpoint, config_utils, distributed  # noqa: E402
 from rl4agents.train import loop  # noqa: E402
 
 _CONFIG = config_utils.define_config_flag()
@@ -45,11 +50,25 @@ def main(argv):
             config.distributed.process_id,
         )
         summary = loop.run(config, _WORKDIR.value)
+    except checkpoint.CheckpointError as e:  # mid-run; the earlier checkpoints stay
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    sys.exit(exit_code(summary))
+
+
+def exit_code(summary: dict) -> int:
+    """The exit status of a run that returned `summary` (`loop.run`)."""
+    if summary.get("stopped"):
+        print(f"error: {summary['stopped']}", file=sys.stderr)
+        return 1
+    if summary.get("terminated"):
+        return 143  # as a shell reports SIGTERM; the checkpoint is saved
     if summary.get("interrupted"):
-        sys.exit(130)  # as a shell reports SIGINT; the checkpoint is saved
+        return 130  # as a shell reports SIGINT; the checkpoint is saved
+    return 0
 
 
 if __name__ == "__main__":

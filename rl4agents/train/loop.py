@@ -13,6 +13,7 @@ progress bar, prints, plots and summary.json come from process 0 only. Decisions
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -24,7 +25,7 @@ import ml_collections
 import tqdm
 
 from rl4agents import checkpoint as checkpoint_lib
-from rl4agents import distributed, memory
+from rl4agents import distributed, memory, provenance
 from rl4agents.train import experiment as experiment_lib
 from rl4agents.train import sft as sft_lib
 from rl4agents.train import writers
@@ -72,16 +73,26 @@ def run(
 ) -> dict[str, Any]:
     """Train `config` in `workdir`, resuming from its latest checkpoint.
 
+    A run ends in one of four ways. Finished: `train.num_steps` reached or the
+    `train.max_minutes` budget spent (a final evaluation on every split). Interrupted: Ctrl-C,
+    or SIGTERM ("terminated"); the current step is checkpointed. Stopped: a train step whose
+    rewards, loss, gradient norm or updated state are not finite (`step.nonfinite_metrics`) is
+    rejected; nothing more is saved, the earlier checkpoints stay, and "stopped" holds the
+    one-line reason. Failed: an exception (a checkpoint that cannot be saved raises
+    `checkpoint.CheckpointError` without a second attempt).
+
     Args:
       config: a full config (see configs/base.py).
-      workdir: run directory: checkpoints/, metrics.jsonl, tb/, curves.png, summary.json.
+      workdir: run directory: checkpoints/, metrics.jsonl, tb/, curves.png, summary.json,
+        provenance.json.
       stop_after: stop (with a checkpoint) after this many steps in this call; for tests of
         interruption and resume.
       mesh: optional mesh overriding config.mesh.
       quiet: no progress bar and no printed summary (always so on processes other than 0).
 
     Returns:
-      The summary dict (also written to workdir/summary.json by process 0).
+      The summary dict (also written to workdir/summary.json by process 0), with "steps",
+      "finished", "interrupted", "terminated" (SIGTERM) and "stopped" (a reason, or None).
 
     Raises:
       ValueError: an invalid config, or one whose estimated memory per device exceeds the
@@ -110,7 +121,7 @@ def run(
     )
     start = ckpt.latest_step()
     # A rerun of a finished run, config unchanged.
-    done = None if ckpt.config_diff() else _finished_summary(workdir, start, c.train.num_steps)
+    done = None if ckpt.config_diff() else _finished_summary(workdir, start)
     # Nothing to train or evaluate: its files stay as they are (every process agrees first).
     if not distributed.any_process([done is None])[0]:
         ckpt.close()
@@ -128,9 +139,10 @@ def run(
                 state = _start_from(state, exp.pretrained_params())
         else:
             state = ckpt.restore(start, exp.abstract_state())
+        if main:  # this segment's code, versions, devices and command line
+            provenance.write(workdir, c, extra={"start_step": int(start)})
     except BaseException:  # Orbax's threads otherwise outlive the error message
-        ckpt.close()
-        exp.close()
+        _close(ckpt, exp)
         raise
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
@@ -141,7 +153,10 @@ def run(
     t0 = time.perf_counter() - wall_offset
     milestones = _milestones(previous)
     num_steps = c.train.num_steps
-    interrupted = False
+    budget_s = 60.0 * c.train.max_minutes
+    splits = eval_splits(exp)
+    interrupted = terminated = False
+    stopped = None  # why a non-finite step stopped the run (one line)
     bar = tqdm.tqdm(
         total=num_steps,
         initial=start,
@@ -151,63 +166,98 @@ def run(
     )
     step = start
     compile_s = None
+    pace = None  # (step, wall) after this call's first step, which compiles: the budget's pace
+    known: dict[str, dict] = {}  # the evaluations of `state` done at `step`, by split
     # A run killed after its last checkpoint but before its final evaluation resumes at
-    # num_steps: it has nothing left to train and finishes here.
-    finished = start >= num_steps
+    # num_steps, or past its wall-time budget: it has nothing left to train and finishes here.
+    finished = distributed.any_process([start >= num_steps or _out_of_time(wall_offset, c)])[0]
+
+    def evaluate_at(step: int, wall: float, which: tuple[str, ...]) -> None:
+        """Evaluates `state` on the splits `which` at `step`: rows, milestones, a line."""
+        shown = []
+        known.clear()
+        for split in which:
+            ev = known[split] = evaluate(exp, state.params, split, c.train.eval_tasks)
+            writer.write(step, ev, prefix=f"eval_{split}", wall_time=wall)
+            if split == "test":
+                _update_milestones(milestones, ev["greedy_success"], step, wall)
+                shown.append(
+                    f"held-out greedy success {ev['greedy_success']:.3f}, "
+                    f"sampled {ev['sampled_success']:.3f}"
+                )
+            else:
+                shown.append(f"{split} greedy {ev['greedy_success']:.3f}")
+        if not quiet:
+            bar.write(f"step {step}: {'; '.join(shown)} ({wall:.0f}s)")
+
     with _StopRequest() as stop:
         try:
             # Interrupted in that step's evaluation: redo it (all processes agree first).
-            if distributed.any_process([_eval_missing(previous, start, c)])[0]:
-                ev = evaluate(exp, state.params, "test", c.train.eval_tasks)
-                writer.write(start, ev, prefix="eval_test", wall_time=wall_offset)
-                _update_milestones(milestones, ev["greedy_success"], start, wall_offset)
-            while step < num_steps:
+            missing = _eval_missing(previous, start, c, splits)
+            if distributed.any_process([bool(missing)])[0]:
+                evaluate_at(start, wall_offset, missing or splits)
+            while not finished:
                 t_step = time.perf_counter()
                 state, metrics = exp.train_step(state, root)
                 metrics = {k: float(v) for k, v in distributed.to_host(metrics).items()}
                 if compile_s is None:
                     compile_s = time.perf_counter() - t_step
-                step += 1
                 wall = time.perf_counter() - t0
+                if metrics.get("nonfinite", 0.0) > 0:  # rejected: `state` is still `step`'s
+                    writer.write(step + 1, metrics, prefix="train", wall_time=wall)
+                    ckpt.wait()
+                    stopped = _nonfinite_reason(c, step, metrics, ckpt.latest_step())
+                    break
+                step += 1
+                known.clear()
                 if step % c.log.every == 0 or step == num_steps:
                     writer.write(step, metrics, prefix="train", wall_time=wall)
                 bar.update(1)
-                bar.set_postfix(
-                    reward=f"{metrics['reward']:.3f}",
-                    success=f"{metrics['success']:.2f}",
-                    refresh=False,
-                )
+                postfix = f"reward={metrics['reward']:.3f}, success={metrics['success']:.2f}"
+                if budget_s:
+                    pace = pace or (step, wall)
+                    end = budget_end(step, wall, pace, budget_s, num_steps)
+                    postfix += f", budget {_clock(budget_s)}"
+                    if end is not None:
+                        postfix += f", ends ~step {end}"
+                        bar.total = end
+                bar.set_postfix_str(postfix, refresh=False)
                 if step % c.train.eval_every == 0 or step == num_steps:
-                    ev = evaluate(exp, state.params, "test", c.train.eval_tasks)
-                    writer.write(step, ev, prefix="eval_test", wall_time=wall)
-                    _update_milestones(milestones, ev["greedy_success"], step, wall)
-                    if not quiet:
-                        bar.write(
-                            f"step {step}: held-out greedy success {ev['greedy_success']:.3f}, "
-                            f"sampled {ev['sampled_success']:.3f} ({wall:.0f}s)"
-                        )
+                    evaluate_at(step, wall, splits)
                 if step % c.checkpoint.every == 0:
                     ckpt.save(step, state)
-                out_of_time = bool(c.train.max_minutes and wall > 60 * c.train.max_minutes)
                 # Every process leaves at the same step (a collective with several processes).
-                out_of_time, stop_requested = distributed.any_process([out_of_time, stop.requested])
+                out_of_time, terminated = distributed.any_process(
+                    [_out_of_time(wall, c), stop.requested]
+                )
                 # Reaching num_steps or the wall-time budget ends the run (final evaluation).
                 finished = step >= num_steps or out_of_time
-                if (
-                    stop_requested
-                    or out_of_time
-                    or (stop_after is not None and step - start >= stop_after)
-                ):
+                if terminated or (stop_after is not None and step - start >= stop_after):
                     break
         except KeyboardInterrupt:
             interrupted = True
             if not quiet:
                 print(f"\nInterrupted at step {step}; saving a checkpoint.")
-        finally:
+        except BaseException as e:
             bar.close()
-            ckpt.save(step, state)
-            ckpt.wait()
             writer.close()
+            if not _is_save_error(e):  # keep what was trained, then report the error
+                _save_quietly(ckpt, step, state)
+            _close(ckpt, exp)
+            raise
+        bar.close()
+        writer.close()
+        try:
+            if stopped is None:  # a rejected step leaves the saved steps as they are
+                ckpt.save(step, state)
+            ckpt.wait()
+        except BaseException:
+            _close(ckpt, exp)
+            raise
+    interrupted = interrupted or terminated
+    if terminated and not quiet:
+        print(f"\nTerminated at step {step}; checkpoint saved, rerun to resume.")
+    status = {"interrupted": interrupted, "terminated": terminated, "stopped": stopped}
     try:
         summary = _summarize(
             exp,
@@ -217,26 +267,121 @@ def run(
             time.perf_counter() - t0,
             milestones,
             compile_s,
-            final=finished and not interrupted,
+            final=finished and not interrupted and stopped is None,
             quiet=quiet,
+            status=status,
+            known=known,
         )
     except KeyboardInterrupt:  # in the final evaluation; the checkpoint is saved
         if not quiet:
             print(f"\nInterrupted in the final evaluation at step {step}; rerun to finish.")
-        interrupted = True
-        summary = {"steps": int(step), "finished": False}
+        return {"steps": int(step), "finished": False, "interrupted": True}
     finally:
-        ckpt.close()
-        exp.close()
-    summary["interrupted"] = interrupted
+        _close(ckpt, exp)
     return summary
 
 
-def _finished_summary(workdir: str, start: int | None, num_steps: int) -> dict | None:
+def eval_splits(exp: experiment_lib.Experiment) -> tuple[str, ...]:
+    """The splits evaluated at every `train.eval_every` step: "test", and "ood" when the
+    environment has one and `train.eval_ood` is on (metrics rows `eval_<split>/...`)."""
+    ood = exp.config.train.get("eval_ood", True) and "ood" in exp.splits
+    return ("test", "ood") if ood else ("test",)
+
+
+def budget_end(
+    step: int, wall: float, pace: tuple[int, float], budget_s: float, num_steps: int
+) -> int | None:
+    """The step at which the wall-time budget is estimated to end the run.
+
+    Args:
+      step: the current step; `wall`: the run's seconds so far (the budget's clock).
+      pace: (step, wall) at an earlier point of this process, after its compiling first
+        step: the average pace since then (evaluations included) is extrapolated.
+      budget_s: the budget in seconds (`train.max_minutes` * 60).
+      num_steps: `train.num_steps`, the end if the budget lasts.
+
+    Returns:
+      The step (between `step` and `num_steps`), or None before the pace can be measured.
+    """
+    steps, seconds = step - pace[0], wall - pace[1]
+    if steps <= 0 or seconds <= 0:
+        return None
+    left = max(budget_s - wall, 0.0) * steps / seconds
+    # The step that crosses the budget is the last one.
+    return int(min(num_steps, step + math.floor(left) + 1 if left > 0 else step))
+
+
+def _clock(seconds: float) -> str:
+    """ "15:00" for 900 s; "1:05:00" past an hour."""
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _out_of_time(wall: float, c) -> bool:
+    """Whether `wall` seconds of the run's clock spend its `train.max_minutes` budget."""
+    return bool(c.train.max_minutes and wall > 60 * c.train.max_minutes)
+
+
+def _env_label(c) -> str:
+    """The environment's name for messages ("frozen_lake"; "host:<factory>")."""
+    return f"host:{c.env.host.factory}" if c.env.name == "host" else c.env.name
+
+
+def _nonfinite_reason(c, step: int, metrics: dict, last_saved: int | None) -> str:
+    """One line: the quantity that was not finite at step `step + 1` (rejected; the
+    parameters are those of `step`) and the last saved checkpoint."""
+    bad = step + 1
+    rows = int(metrics.get("nonfinite_rewards", 0.0))
+    values = ", ".join(f"{k}={metrics[k]:.4g}" for k in ("loss", "grad_norm") if k in metrics)
+    if rows:
+        what = (
+            f"non-finite reward from environment {_env_label(c)!r} at step {bad} "
+            f"({rows} episodes; {values})"
+        )
+    else:
+        name = next(
+            (k for k in ("loss", "grad_norm") if not math.isfinite(metrics.get(k, 0.0))),
+            "updated parameters or optimizer state",
+        )
+        what = f"non-finite {name} at step {bad} ({values})"
+    saved = "none" if last_saved is None else f"step {last_saved}"
+    return f"{what}; parameters kept from step {step}; last good checkpoint: {saved}"
+
+
+def _is_save_error(e: BaseException) -> bool:
+    """Whether `e` is a failed checkpoint save: saving again would fail again."""
+    return isinstance(e, checkpoint_lib.CheckpointError)
+
+
+def _save_quietly(ckpt, step: int, state) -> None:
+    """Saves `state` while another error leaves the run. A failure here (the state donated
+    to a step that raised, say) is dropped: the first error is the one to report."""
+    try:
+        ckpt.save(step, state)
+        ckpt.wait()
+    except Exception:
+        pass
+
+
+def _close(ckpt, exp) -> None:
+    """Closes the checkpointer and the experiment. A failure to close the checkpointer (a
+    save that failed in the background) is dropped: it is reported by whoever raised it
+    first, or by the save that follows an error."""
+    try:
+        ckpt.close()
+    except Exception:
+        pass
+    finally:
+        exp.close()
+
+
+def _finished_summary(workdir: str, start: int | None) -> dict | None:
     """The workdir's summary.json if it records this run finished at its last checkpoint
-    `start` and `num_steps` asks for no more (a rerun of a finished run), else None."""
+    `start` (a rerun of a finished run: its config unchanged, so neither `train.num_steps`
+    nor the `train.max_minutes` budget that ended it asks for more), else None."""
     summary = writers.read_summary(workdir)
-    if not isinstance(summary, dict) or start is None or start < num_steps:
+    if not isinstance(summary, dict) or start is None:
         return None
     if summary.get("finished") is not True or summary.get("steps") != start:
         return None
@@ -261,14 +406,15 @@ def _check_writable(workdir: str, ckpt_dir: str) -> None:
             ) from None
 
 
-def _eval_missing(previous: list[dict], start: int, c) -> bool:
-    """Whether the resumed step `start` is an evaluation step whose held-out evaluation row
-    is missing from the metrics (the run was interrupted during that evaluation, after its
-    train row and before its checkpoint)."""
+def _eval_missing(previous: list[dict], start: int, c, splits: tuple[str, ...]) -> tuple:
+    """The splits of `splits` whose evaluation row at the resumed step `start` is missing
+    from the metrics, when `start` is an evaluation step (the run was interrupted during that
+    evaluation, after its train row and before its checkpoint)."""
     is_eval_step = start % c.train.eval_every == 0 or start == c.train.num_steps
     if start == 0 or not is_eval_step:
-        return False
-    return not any(r.get("step") == start and "eval_test/greedy_success" in r for r in previous)
+        return ()
+    have = {k for r in previous if r.get("step") == start for k in r}
+    return tuple(s for s in splits if f"eval_{s}/greedy_success" not in have)
 
 
 def _warm_start(exp, state, directory: str):
@@ -303,6 +449,13 @@ def _start_from(state, params):
     return state.replace(params=params, ref_params=ref)
 
 
+def _sft_metrics(c) -> str | None:
+    """The metrics.jsonl of the scripts/sft.py workdir this run started from (`init.params`),
+    drawn as the phase before RL in curves.png; None without one."""
+    path = os.path.join(c.init.params, writers.METRICS_NAME) if c.init.params else ""
+    return path if path and os.path.isfile(path) else None
+
+
 def _milestones(rows) -> dict:
     out = {}
     for r in rows:
@@ -318,7 +471,9 @@ def _update_milestones(ms: dict, success: float, step: int, wall: float) -> None
             ms[key] = {"step": step, "wall_s": round(wall, 1)}
 
 
-def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, quiet):
+def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, quiet, status, known):
+    """Writes summary.json (and curves.png) from process 0 and returns the summary; `final`:
+    evaluates every split first (`known`: evaluations of `state` already done, by split)."""
     c = exp.config
     summary: dict[str, Any] = {
         "steps": int(step),
@@ -326,11 +481,12 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
         "first_step_s": None if compile_s is None else round(compile_s, 2),
         "milestones": milestones,
         "finished": bool(final),
+        **status,
     }
     rows = []
     if final:
         for split in exp.splits:
-            ev = evaluate(exp, state.params, split, c.train.eval_tasks)
+            ev = known.get(split) or evaluate(exp, state.params, split, c.train.eval_tasks)
             summary[f"eval_{split}"] = ev
             rows.append(
                 {
@@ -354,7 +510,15 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
     png = os.path.join(workdir, "curves.png")
     keys = [k for k in c.log.plot_keys]
     try:
-        writers.plot_curves(metrics_path, png, keys, title=f"{c.env.name} / {c.credit.name}")
+        writers.plot_curves(
+            metrics_path,
+            png,
+            keys,
+            title=f"{c.env.name} / {c.credit.name}",
+            eval_tasks=c.train.eval_tasks,
+            sft_metrics=_sft_metrics(c),
+            sft_wall_counted=bool(c.init.get("count_wall", False)),
+        )
         summary["curves"] = png
     except ValueError:
         pass
