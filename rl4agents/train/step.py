@@ -15,6 +15,7 @@ from flax import nnx
 
 from rl4agents import sharding
 from rl4agents.credit import common as credit_common
+from rl4agents.credit import token as credit_token
 from rl4agents.losses import aggregate as agg_lib
 from rl4agents.losses import policy as policy_losses
 from rl4agents.losses import regularizers, shaping
@@ -251,6 +252,9 @@ def dynamic_rollout(key, params, cfg: StepConfig, shard_fn):
     Inside one `lax.while_loop`: batch i uses `fold_in(key, i)`; its informative groups fill
     the next free group slots in order. Slots still free at the end hold empty episodes (no
     action tokens), which add nothing to any loss (DAPO raises instead; a jitted step cannot).
+    A group left out (all rewards equal) takes its KL and ECHO terms with it, as in DAPO;
+    without dynamic sampling nothing filters on advantages, so a group whose advantages are
+    all 0 still trains its KL and ECHO terms.
 
     Returns:
       (Trajectory with group ids 0..num_tasks-1, metrics: `ds/gen_batches`,
@@ -385,6 +389,35 @@ def _window_view(traj: Trajectory, rows: rollout_lib.StepRows, cfg: StepConfig) 
     )
 
 
+def tail_credit(model, traj: Trajectory, cfg: StepConfig, window: bool, prefix, group, shard):
+    """Credit for an estimator that bootstraps truncated rows (`bootstrap_truncated=True`).
+
+    Its values come from one more teacher-forced pass, over the whole trajectory plus one
+    padding slot (`credit.token.with_tail_slot`), so that every row holds the value of the
+    state after its final observation; advantages and returns are cut back to T slots.
+    """
+    if window:
+        raise ValueError(
+            "credit bootstrap_truncated=True needs rollout.context='full'; got 'window' (a "
+            "step row holds no value after the episode's final observation)"
+        )
+    padded = credit_token.with_tail_slot(traj)
+    values = rollout_lib.score(
+        model,
+        padded.tokens,
+        padded.valid_mask,
+        cfg.rollout.temperature,
+        True,
+        prefix=prefix,
+        group=group,
+        shard=shard,
+    ).values
+    out = cfg.credit_fn(padded, values)
+    t = traj.tokens.shape[1]
+    returns = None if out.returns is None else out.returns[:, :t]
+    return out._replace(advantages=out.advantages[:, :t], returns=returns)
+
+
 def initial_kl_coef(lc: LossConfig) -> jax.Array | None:
     """`TrainState.kl_coef` of a fresh run: f32[] beta under the adaptive controller, else None."""
     return jnp.asarray(lc.kl_coef, jnp.float32) if lc.kl_ctrl == "adaptive" else None
@@ -456,7 +489,10 @@ def prepare_batch(
                 "kl_rows": kl_rows,
                 "kl_coef": jnp.asarray(beta, jnp.float32),
             }
-    out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))
+    if credit_token.bootstraps_truncated(cfg.credit_fn):  # needs the value after a row's end
+        out = tail_credit(model, traj, cfg, rows is not None, prefix, group, pin)
+    else:
+        out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))
     zeros = jnp.zeros(tokens.shape, jnp.float32)
     weights = jnp.ones(tokens.shape, jnp.float32)
     logp_old = logp_behavior
