@@ -327,7 +327,9 @@ def test_bootstrap_truncated__window_context_is_refused():
 @pytest.mark.parametrize("name", NAMES)
 def test_nan_reward__yields_nan_advantages(name):
     """Episode 1 (in a group of four) gets a NaN reward on its first turn and as its outcome:
-    no estimator turns it into a finite advantage (no std of 0, no select hides it)."""
+    no estimator turns it into a finite advantage (no std of 0, no select hides it). Not
+    pinned: a group of one under `singleton_policy="zero"` (or a step group of one) gets 0 by
+    a select whatever its score; the train step's guard reads the rewards themselves."""
     traj = regroup(build_full(4))
     assert int(np.sum(np.asarray(traj.group_ids) == int(traj.group_ids[1]))) > 1
     nan = traj.replace(
