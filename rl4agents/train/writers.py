@@ -225,11 +225,13 @@ def wilson_interval(p: Any, n: int, z: float = Z_95) -> tuple[np.ndarray, np.nda
 
 def _series_names(key: str, columns: Iterable[str]) -> list[str]:
     """The columns to plot for `key`: itself if present, else every "<prefix>/key". An
-    evaluation column ("eval_test/greedy_success") brings the other splits' ("eval_ood/...")."""
+    evaluation column ("eval_test/greedy_success") comes first, then the other splits'
+    ("eval_ood/greedy_success")."""
     columns = set(columns)
     if key.startswith("eval_") and "/" in key:
         metric = key.split("/", 1)[1]
-        return sorted(c for c in columns if c.startswith("eval_") and c.endswith("/" + metric))
+        splits = {c for c in columns if c.startswith("eval_") and c.endswith("/" + metric)}
+        return sorted(splits, key=lambda c: (c != key, c))
     if key in columns:
         return [key]
     return sorted(c for c in columns if c.rsplit("/", 1)[-1] == key and "/" in c)
