@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import os
 import subprocess
@@ -19,12 +20,17 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
+from rl4agents import envs
+from rl4agents.envs import frozen_lake
+from rl4agents.train import loop
 from rl4agents.train import state as state_lib
 from rl4agents.train import step as step_lib
 from tests.train.test_step_options import base_exp, base_state, rollout_fn, step_rollout_key
+from tests.train.test_train import loop_config
 
 
 @functools.cache
@@ -176,3 +182,35 @@ def test_train_cli__nonfinite_run_stops_with_one_line_and_good_checkpoints(tmp_p
     last = f"last good checkpoint: step {steps[-1]}" if steps else "last good checkpoint: none"
     assert (steps or [0])[-1] == summary["steps"] and errors[0].endswith(last), (steps, errors)
     assert all(_finite_checkpoint(tmp_path / "checkpoints" / str(s)) for s in steps)
+
+
+class _InfRewardLake(frozen_lake.FrozenLake):
+    """FrozenLake paying -inf for an invalid action and +inf at the goal (what
+    `env.frozen_lake.goal_reward=inf` did before the config checks refused it)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.goal_reward = self.invalid_penalty = float("inf")
+
+
+_InfRewardLake.__signature__ = inspect.signature(frozen_lake.FrozenLake)  # its config fields
+
+
+if "inf_reward_lake_test" not in envs.registry.names():
+    envs.registry.register("inf_reward_lake_test")(_InfRewardLake)
+
+
+@pytest.mark.slow  # a train step of its own to compile (~30 s)
+def test_loop__nonfinite_reward_stops_naming_the_environment(tmp_path):
+    c = loop_config()
+    with c.unlocked():
+        c.env.name = "inf_reward_lake_test"
+        c.env.inf_reward_lake_test = ml_collections.ConfigDict(c.env.frozen_lake.to_dict())
+    summary = loop.run(c, str(tmp_path), quiet=True)
+    # An untrained policy takes invalid actions in its first step's 8 episodes.
+    assert summary["stopped"].startswith(
+        "non-finite reward from environment 'inf_reward_lake_test' at step 1 ("
+    ), summary
+    assert summary["stopped"].endswith("parameters kept from step 0; last good checkpoint: none")
+    assert not summary["finished"] and summary["steps"] == 0
+    assert not [s for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()]
