@@ -17,6 +17,9 @@ import jax
 
 
 def _fmt(x: float) -> str:
+    """A bound in words: a whole number in full (2147483647, not 2.14748e+09), else `:g`."""
+    if float(x).is_integer() and abs(x) < 2**53:
+        return str(int(x))
     return f"{x:g}"
 
 
@@ -78,4 +81,7 @@ def check_range(
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
+        bounded = low is not None or high is not None
+        if bounded and isinstance(value, float) and not math.isfinite(value):
+            allowed = f"a finite number {allowed}"  # "inf; allowed: > 0" would read as allowed
         raise ValueError(f"{field}={value!r}; allowed: {allowed}")

@@ -12,11 +12,13 @@ import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import ml_collections
 from absl import flags
+
+from rl4agents import checks
 
 _SIMPLE = (bool, int, float, str, type(None))
 
@@ -143,6 +145,102 @@ def set_none(config: ml_collections.ConfigDict, keys: Iterable[str]) -> None:
         node[field] = None
 
 
+INT32_MAX = 2**31 - 1  # step counters, sizes and other integers are int32 on the device
+SEED_MAX = 2**32 - 1  # a PRNG seed is 32 bits: a larger one would silently wrap
+# Upper bounds of the model's size fields: far above any model this project can train (the
+# largest open models have ~126 layers and a width of 16384), so that an absurd value is
+# refused at once rather than after minutes of building a model the memory check refuses.
+SIZE_LIMITS = {
+    "model.num_layers": 1024,
+    "model.d_model": 1 << 17,
+    "model.d_ff": 1 << 20,
+    "model.num_heads": 1024,
+    "model.num_kv_heads": 1024,
+    "model.head_dim": 4096,
+}
+
+
+def leaves(config: ml_collections.ConfigDict | Mapping) -> dict[str, tuple[Any, type | None]]:
+    """Dotted key -> (value, declared type) of every field of a (nested) config.
+
+    The type is the field's own in a ConfigDict (float for a None placeholder of a float
+    field), else the value's type (None for a None value in a plain dict).
+    """
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, ml_collections.ConfigDict | Mapping):
+            out.update({f"{k}.{kk}": vv for kk, vv in leaves(v).items()})
+            continue
+        kind = type(v) if v is not None else None
+        if isinstance(config, ml_collections.ConfigDict) and v is None:
+            try:  # a None placeholder keeps its type; a field set to None has none
+                kind = config.get_ref(k).get_type()
+            except ValueError:
+                kind = None
+        out[str(k)] = (v, kind)
+    return out
+
+
+def is_seed(key: str) -> bool:
+    """Whether the dotted field `key` is a PRNG seed (`seed`, `train.eval_seed`)."""
+    return "seed" in key.rsplit(".", 1)[-1]
+
+
+def check_value(key: str, value: Any) -> None:
+    """The checks every field gets, whatever its section (`check_values`), of one value:
+    a float is finite; a seed is in [0, 2**32 - 1]; any other integer fits int32 and a model
+    size is at most its `SIZE_LIMITS` entry. Tuples and lists are checked entry by entry.
+
+    Raises:
+      ValueError: one line, "{key}={value!r}; allowed: ...".
+    """
+    if isinstance(value, tuple | list):
+        for v in value:
+            try:
+                check_value(key, v)
+            except ValueError as e:
+                allowed = str(e).split("; allowed: ", 1)[-1]
+                raise ValueError(f"{key}={value!r}; allowed: entries each {allowed}") from None
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float):
+        checks.check_range(key, value)  # "allowed: a finite number"
+    elif is_seed(key):
+        checks.check_range(key, value, 0, SEED_MAX, note="(a 32-bit seed)")
+    elif key in SIZE_LIMITS:
+        checks.check_range(key, value, high=SIZE_LIMITS[key], note="(a model size)")
+    elif value > INT32_MAX:  # one bound in words: the field's own range is its caller's
+        checks.check_range(key, value, high=INT32_MAX, note="(a 32-bit integer)")
+    else:
+        checks.check_range(key, value, low=-INT32_MAX - 1, note="(a 32-bit integer)")
+
+
+def check_values(config: ml_collections.ConfigDict) -> None:
+    """The checks every field of a config gets, whatever its section: base sections, the
+    variant sections made from signatures (`section`) and environment arguments alike.
+
+    Each leaf goes through `check_value` (floats finite, seeds 32 bits, integers int32, model
+    sizes bounded); then the optimizer's step count, train.num_steps x train.epochs x
+    train.minibatches, must fit int32 (its schedule counts in int32). Field-specific ranges are
+    the callers' (`experiment.check_ranges`, the registries' `validate`).
+
+    Raises:
+      ValueError: one line naming the field, its value and what is allowed.
+    """
+    for key, (value, _) in leaves(config).items():
+        check_value(key, value)
+    train = config.get("train", {})
+    if all(k in train for k in ("num_steps", "epochs", "minibatches")):
+        total = train.num_steps * train.epochs * train.minibatches
+        if total > INT32_MAX:
+            raise ValueError(
+                f"train.num_steps={train.num_steps} x train.epochs={train.epochs} x "
+                f"train.minibatches={train.minibatches} = {total} optimizer steps; allowed: "
+                f"at most {INT32_MAX} (the step counter is int32)"
+            )
+
+
 def check_choice(field: str, value: Any, allowed: Iterable[Any]) -> None:
     allowed = list(allowed)
     if value not in allowed:
@@ -212,9 +310,181 @@ def _flags_error_line(e: Exception) -> str:
     return "; ".join(line.removeprefix("flag ").removeprefix("ERROR:: ") for line in lines)
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CONFIG = "configs/base.py"  # the config `--help` lists when no --config is given
+HELP_FLAGS = ("-h", "-?", "-help", "--help", "--helpshort", "--helpfull")
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+    """The config of `--config=FILE[:ARG]`, made as ml_collections' config flag makes it
+    (FILE imported, then `get_config(ARG)`, or `get_config()` without ":ARG").
+
+    Raises:
+      ValueError: one line naming the file and what went wrong: "config file 'x.py' failed to
+        import: SyntaxError: expected ':' (line 3)"; "config file 'x.py': get_config('a')
+        raised RuntimeError: ..."; "... get_config() returned None; allowed: ...".
+    """
+    from rl4agents import sweep  # its module loader and one-line exceptions; imports this module
+
+    path, *arg = spec.split(":", 1)
+    try:
+        module = sweep._load_module(path, "rl4agents_config")
+    except Exception as e:  # the config file's own code
+        raise ValueError(
+            f"config file {path!r} failed to import: {sweep._describe(e, path)}"
+        ) from e
+    allowed = "allowed: a file whose get_config(arg=None) returns an ml_collections.ConfigDict"
+    if not callable(getattr(module, "get_config", None)):
+        raise ValueError(f"config file {path!r} defines no get_config; {allowed}")
+    call = f"get_config({arg[0]!r})" if arg else "get_config()"
+    try:
+        config = module.get_config(*arg)
+    except Exception as e:
+        raise ValueError(f"config file {path!r}: {call} raised {sweep._describe(e, path)}") from e
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ValueError(f"config file {path!r}: {call} returned {_kind(config)}; {allowed}")
+    return config
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def _wants_help(argv: list[str]) -> bool:
+    args = argv[1:]
+    return any(a in HELP_FLAGS for a in args[: args.index("--") if "--" in args else None])
+
+
+def _flag_lines(config_flag: str | None) -> list[str]:
+    """One line per flag of the running script (its own, the config flag, --flagfile)."""
+    fv = flags.FLAGS
+    own = list(fv.get_key_flags_for_module(sys.argv[0]))
+    if config_flag and config_flag in fv and fv[config_flag] not in own:
+        own.insert(0, fv[config_flag])
+    lines = []
+    for f in own:
+        if f.name == config_flag:
+            text = (
+                f"--{f.name}=FILE[:ARG]: {f.help} A file such as configs/frozen_lake.py; ARG "
+                f"is passed to its get_config. --{f.name}.KEY=VALUE overrides one key (below)."
+            )
+        else:
+            text = f"--{f.name}: {f.help}"
+            values = getattr(f.parser, "enum_values", None)
+            if values:
+                text += f" One of {list(values)}."
+            required = any("other than None" in getattr(v, "message", "") for v in f.validators)
+            text += " (required)" if required else f" (default: {f.default_as_str or 'none'})"
+        lines.append("  " + text)
+    lines.append("  --flagfile=FILE: read flags (one per line) from FILE, in place")
+    lines.append("  --help: this help, then exit")
+    return lines
+
+
+def choices() -> dict[str, list[Any]]:
+    """The allowed values of the config's fields that name a choice (the registries' names
+    for the variant fields), as start-up checks them (`experiment.build`, scripts/sft.py)."""
+    from rl4agents import credit, envs, losses
+    from rl4agents.models import policy
+
+    dtypes = ["float32", "bfloat16"]
+    return {
+        "env.name": envs.registry.names() + ["host"],
+        "env.vocab": ["builtin", "minimal"],
+        "model.preset": sorted(policy.PRESETS),
+        "model.value_head": ["none", "shared", "separate"],
+        "model.dtype": dtypes,
+        "model.param_dtype": dtypes,
+        "rollout.context": ["full", "window"],
+        "credit.name": credit.names(),
+        "loss.policy": losses.names(),
+        "loss.kl_estimator": list(losses.KL_KINDS),
+        "loss.kl_reward_estimator": list(losses.KL_KINDS),
+        "loss.kl_ctrl": ["fixed", "adaptive"],
+        "loss.tis_mode": ["token", "sequence"],
+        "shaping.overlong_per": ["turn", "episode"],
+        "optim.schedule": ["constant", "cosine"],
+        "mesh.axis_types": ["auto", "explicit"],
+        "sft.keep": ["success", "all"],
+    }
+
+
+def describe_allowed(key: str, value: Any, kind: type | None) -> str:
+    """What the field `key` (of type `kind`, holding `value`) allows, in words, for --help:
+    its choices, its range (`experiment.check_ranges`, `check_values`) or its type."""
+    from rl4agents.train import experiment  # its range table; it imports this module
+
+    if key in choices():
+        return f"one of {choices()[key]}"
+    bounds = dict(experiment._RANGES.get(key, {}))
+    note, allow_none = bounds.pop("note", ""), bounds.pop("allow_none", False)
+    if kind in (list, tuple):
+        text = "a tuple" if kind is tuple else "a list"
+    elif kind is bool:
+        text = "True or False"
+    elif kind is str:
+        text = "a string"
+    elif is_seed(key):
+        text, note = f"an integer {checks.describe_range(0, SEED_MAX)}", "(a 32-bit seed)"
+    elif kind is int:
+        bounds.setdefault("high", SIZE_LIMITS.get(key, INT32_MAX))
+        text = "an integer " + checks.describe_range(**bounds)
+    elif kind is float:
+        text = "a finite number" + (f" {checks.describe_range(**bounds)}" if bounds else "")
+    else:
+        text = f"a {type(value).__name__}"
+    if allow_none or nullable(key):
+        text += " or None"
+    return f"{text} {note}".strip()
+
+
+def help_text(spec: str | None, config_flag: str | None = "config") -> str:
+    """The `--help` of the running script: its docstring, its flags and, for a script with a
+    config flag, every config key of `spec` (FILE[:ARG]; `DEFAULT_CONFIG` if None) with its
+    default and what it allows.
+
+    Raises:
+      ValueError: the config file does not load (`load_config_file`).
+    """
+    doc = (getattr(sys.modules.get("__main__"), "__doc__", None) or "").strip("\n")
+    out = (
+        [doc, "", "flags:", *_flag_lines(config_flag)]
+        if doc
+        else ["flags:", *_flag_lines(config_flag)]
+    )
+    if config_flag is None:
+        return "\n".join(out)
+    if spec is None:
+        path = os.path.join(_ROOT, DEFAULT_CONFIG)
+        if not os.path.isfile(path):
+            return "\n".join(out)
+        config, spec = load_config_file(path), DEFAULT_CONFIG
+    else:
+        config = load_config_file(spec)
+    out += [
+        "",
+        f"config keys of {spec} (--{config_flag}=FILE[:ARG] --help lists that file's): "
+        f"KEY = default  (allowed); override with --{config_flag}.KEY=VALUE",
+    ]
+    for key, (value, kind) in leaves(config).items():
+        out.append(f"  {key} = {value!r}  ({describe_allowed(key, value, kind)})")
+    return "\n".join(out)
+
+
+def _print_help(spec: str | None, config_flag: str | None) -> NoReturn:
+    try:
+        text = help_text(spec, config_flag)
+    except ValueError as e:
+        fail(str(e))
+    print(text)
+    sys.exit(0)
+
+
 def parse_plain_flags(argv: list[str]) -> list[str]:
     """absl flag parsing for `app.run(main, flags_parser=parse_plain_flags)`: a flag error is
     one line and exit status 2 (`fail`), not absl's FATAL message and help hint."""
+    if _wants_help(argv):
+        _print_help(None, None)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
@@ -286,17 +556,29 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
                 f"--{flag}={spec!r}: no config file {path!r}; allowed: a file such as "
                 "configs/frozen_lake.py, with an optional ':ARG'"
             )
+        try:  # the file's own failures in one line, before absl loads it (with a traceback)
+            load_config_file(spec)
+        except ValueError as e:
+            fail(str(e))
+    if _wants_help(argv):
+        _print_help(spec, flag)
     rest, none_keys = split_none_overrides(argv, flag)
     try:
         remaining = flags.FLAGS(rest)
         set_none(flags.FLAGS[flag].value, none_keys)
-        return remaining
     except (AttributeError, KeyError) as e:
         fail(_unknown_override(argv, flag) or str(e))
     except ValueError as e:  # set_none: a field that does not take None
         fail(str(e))
     except flags.Error as e:
         fail(_flags_error_line(e))
+    from rl4agents.train import experiment  # it imports this module
+
+    try:  # the checks of every field, before the script does any work
+        experiment.check_ranges(flags.FLAGS[flag].value)
+    except ValueError as e:
+        fail(str(e))
+    return remaining
 
 
 def _unknown_override(argv: list[str], flag: str) -> str | None:

@@ -37,6 +37,9 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
     "norm": None,
 }
 BATCH_AXES = LOGICAL_RULES["batch"]
+# The mesh axes the rules place anything on: a mesh axis of another name would hold nothing
+# (every array replicated over it, no data parallelism) and is refused (`check_mesh_shape`).
+MESH_AXES = tuple(dict.fromkeys(a for axes in LOGICAL_RULES.values() for a in axes or ()))
 
 # Parameter path (regex on "a/b/c", matched at the end) -> logical dimensions of the array.
 PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
@@ -86,9 +89,21 @@ def check_mesh_shape(axes: Sequence[str], shape: Sequence[int], axis_types: str 
     """`make_mesh`'s checks that need no devices.
 
     Raises:
-      ValueError: naming mesh.shape / mesh.axis_types: not one entry per axis, an entry that is
-        not a whole number >= 1 or a single -1, an unknown axis type.
+      ValueError: naming mesh.axes / mesh.shape / mesh.axis_types: an axis name the sharding
+        rules do not use (`MESH_AXES`) or a repeated one, not one entry per axis, an entry
+        that is not a whole number >= 1 or a single -1, an unknown axis type.
     """
+    names = (axes,) if isinstance(axes, str) else tuple(axes)
+    if (
+        not names
+        or any(a not in MESH_AXES for a in names)
+        or len(set(names)) != len(names)
+        or isinstance(axes, str)
+    ):
+        raise ValueError(
+            f"mesh.axes={axes!r}; allowed: a tuple of distinct names among {MESH_AXES} (the "
+            "axes the sharding rules place arrays on)"
+        )
     shape = tuple(shape)
     if len(shape) != len(axes):
         raise ValueError(f"mesh.shape={shape} must have one entry per axis in {tuple(axes)}")

@@ -62,7 +62,7 @@ def test_build__bad_config_names_field_and_allowed(overrides, pattern):
         ({"log.every": 0}, r"log.every=0; allowed: >= 1"),
         ({"optim.lr": 0.0}, r"optim.lr=0.0; allowed: > 0"),
         ({"optim.b2": 1.0}, r"optim.b2=1.0; allowed: in \[0, 1\)"),
-        ({"optim.lr": float("nan")}, r"optim.lr=nan; allowed: > 0"),
+        ({"optim.lr": float("nan")}, r"optim.lr=nan; allowed: a finite number > 0"),
         ({"rollout.top_p": 0.0}, r"rollout.top_p=0.0; allowed: in \(0, 1\]"),
         ({"model.d_model": -1}, r"model.d_model=-1; allowed: >= 0 \(0 = the preset's\)"),
         # 0 would hold the critic at V_old (no gradient once V moves); None is "off".
@@ -164,8 +164,15 @@ def test_check_range__boundaries_types_and_tracers():
     check_range("g", np.float32(0.5), 0.0, 1.0)
     check_range("c", None, 1.0, low_open=True, allow_none=True)
     for bad in (True, "0.5", float("inf"), None):
-        with pytest.raises(ValueError, match=r"g=.*; allowed: in \[0, 1\]"):
+        with pytest.raises(ValueError, match=r"g=.*; allowed: (a finite number )?in \[0, 1\]"):
             check_range("g", bad, 0.0, 1.0)
+    # A non-finite value is named as such: "inf; allowed: > 0" would read as allowed.
+    with pytest.raises(ValueError, match=r"^t=inf; allowed: a finite number > 0$"):
+        check_range("t", float("inf"), 0.0, low_open=True)
+    with pytest.raises(ValueError, match=r"^t=nan; allowed: a finite number$"):
+        check_range("t", float("nan"))
+    with pytest.raises(ValueError, match=r"^n=4294967296; allowed: in \[0, 4294967295\]$"):
+        check_range("n", 2**32, 0, 2**32 - 1)  # whole-number bounds in full, not 4.29497e+09
     with pytest.raises(ValueError, match=r"eps=0.0; allowed: > 0$"):
         check_range("eps", 0.0, 0.0, low_open=True)
     with pytest.raises(ValueError, match=r"b=1; allowed: < 1$"):

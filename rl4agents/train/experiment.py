@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from rl4agents import checks, config_utils, credit, envs, losses, sharding, text
+from rl4agents import checks, config_utils, credit, envs, losses, memory, sharding, text
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import state as state_lib
@@ -309,25 +309,41 @@ _RANGES: dict[str, dict[str, Any]] = {
     "model.num_heads": dict(low=0, note="(0 = the preset's)"),
     "model.num_kv_heads": dict(low=0, note="(0 = the preset's)"),
     "model.head_dim": dict(low=0, note="(0 = the preset's)"),
+    "rollout.num_tasks": dict(low=1),
+    "rollout.group_size": dict(low=1),
+    "rollout.max_turns": dict(low=1),
+    "rollout.max_action_len": dict(low=1),
+    "rollout.temperature": dict(low=0, low_open=True),
+    "rollout.turn_groups": dict(low=1),
+    "rollout.max_episode_tokens": dict(low=0, note="(0 = none)"),
     "rollout.top_k": dict(low=0, note="(0 = off)"),
     "rollout.top_p": dict(low=0, high=1, low_open=True),
     "rollout.max_context_len": dict(low=0, note="(0 = fit all K turns)"),
     "loss.value_coef": dict(low=0),
     # 0 would clip V to V_old: the critic could not learn. None turns the clipping off.
     "loss.value_clip": dict(low=0, low_open=True, allow_none=True, note="(None = no clipping)"),
+    "loss.kl_coef": dict(low=0),
+    "loss.entropy_coef": dict(low=0),
+    "loss.echo_coef": dict(low=0),
+    "loss.tis_cap": dict(low=0, note="(0 = off, else >= 1)"),
     "loss.kl_target": dict(low=0, low_open=True),
     "loss.kl_horizon": dict(low=0, low_open=True),
+    "shaping.overlong_buffer": dict(low=0, note="(0 = off)"),
     "shaping.overlong_factor": dict(low=0),
+    "sampling.max_gen_batches": dict(low=1),
     "mesh.device_memory_gb": dict(low=0, note="(0 = what the runtime reports)"),
 }
 
 
 def check_ranges(c: ml_collections.ConfigDict) -> None:
-    """Raises ValueError naming the first field of `_RANGES` outside its range."""
+    """Raises ValueError naming the first field of `_RANGES` outside its range, then the
+    first field anywhere that fails the checks of every field (`config_utils.check_values`:
+    finite floats, 32-bit seeds, int32 integers, bounded model sizes)."""
     for dotted, bounds in _RANGES.items():
         section, field = dotted.split(".")
         if section in c and field in c[section]:
             checks.check_range(dotted, c[section][field], **bounds)
+    config_utils.check_values(c)
 
 
 def build(
@@ -540,6 +556,16 @@ def build(
             )
     if check_only:
         return None
+    # The memory estimate before the model is built: a size that cannot fit is refused in a
+    # second, not after minutes of tracing its layers.
+    memory.check_fits(
+        c,
+        mesh.size,
+        memory.device_memory(c),
+        mesh_shape=dict(mesh.shape),
+        env=env,
+        model_cfg=model_cfg,
+    )
     graphdef, _ = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(model_cfg, nnx.Rngs(0))))
     step_cfg = step_lib.StepConfig(
         graphdef=graphdef,
