@@ -87,6 +87,48 @@ CASES = [
     ),
     ("bench", ["--meshes=8x1", "--json={tmp}/b.json"], "--meshes='8x1'; allowed:"),
     ("collect_run", ["--workdir={tmp}/none", "--out={tmp}/c", "--name=x"], "has no metrics"),
+    # A config file's own failure: one line naming the file, not ml_collections' traceback.
+    (
+        "train",
+        ["--config={tmp}/syntax.py", "--workdir={tmp}/w"],
+        "config file '{tmp}/syntax.py' failed to import: SyntaxError: expected ':' (line 1)",
+    ),
+    (
+        "train",
+        ["--config={tmp}/raises.py", "--workdir={tmp}/w", "--config.train.num_steps=1"],
+        "config file '{tmp}/raises.py': get_config() raised RuntimeError: boom",
+    ),
+    (
+        "sft",
+        ["--config={tmp}/none.py:x", "--workdir={tmp}/w", "--config.train.num_steps=1"],
+        "config file '{tmp}/none.py': get_config('x') returned None; allowed:",
+    ),
+    # Values the fields' checks refuse before any work (a fuzzed command line found each).
+    (
+        "train",
+        [FL, "--workdir={tmp}/w", "--config.rollout.temperature=inf"],
+        "rollout.temperature=inf; allowed: a finite number > 0",
+    ),
+    (
+        "train",
+        [FL, "--workdir={tmp}/w", "--config.credit.grpo.eps=nan"],
+        "credit.grpo.eps=nan; allowed: a finite number",
+    ),
+    (
+        "train",
+        [FL, "--workdir={tmp}/w", "--config.seed=12345678901234567890"],
+        "seed=12345678901234567890; allowed: in [0, 4294967295] (a 32-bit seed)",
+    ),
+    (
+        "train",
+        [FL, "--workdir={tmp}/w", "--config.model.num_layers=100000"],
+        "model.num_layers=100000; allowed: <= 1024",
+    ),
+    (
+        "train",
+        [FL, "--workdir={tmp}/w", "--config.mesh.axes=('a','b','c')"],
+        "mesh.axes=('a', 'b', 'c'); allowed: a tuple of distinct names among ('data',",
+    ),
 ]
 
 
@@ -112,6 +154,9 @@ def _files(root):
 )
 def test_bad_flag__one_line_exit_2_nothing_written(tmp_path, script, flags, message):
     (tmp_path / "afile").write_text("keep me\n")
+    (tmp_path / "syntax.py").write_text("def get_config(arg=None)\n    return None\n")
+    (tmp_path / "raises.py").write_text("def get_config():\n    raise RuntimeError('boom')\n")
+    (tmp_path / "none.py").write_text("def get_config(arg=None):\n    pass\n")
     (tmp_path / "sft_lr_none.flags").write_text("--config.sft.lr=None\n")
     (tmp_path / "value_clip_none.flags").write_text(
         f"{FL}:ppo_gae\n--config.loss.value_clip=None\n--config.train.num_steps=0\n"
@@ -133,3 +178,35 @@ def test_bad_flag__one_line_exit_2_nothing_written(tmp_path, script, flags, mess
     assert lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], lines
     assert _files(tmp_path) == before
     assert (tmp_path / "afile").read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize(
+    "script, flags, shown",
+    [
+        (
+            "train",
+            ["--help"],
+            ["--config=FILE[:ARG]", "--workdir", "config keys of configs/base.py", "seed = 0"],
+        ),
+        (
+            "train",
+            ["--config=configs/sokoban.py:ppo_gae", "--workdir=x", "-h"],
+            ["config keys of configs/sokoban.py:ppo_gae", "credit.name = 'ppo_gae'  (one of ["],
+        ),
+        ("eval", ["--help"], ["--workdir", "--split", "--num_tasks"]),
+    ],
+)
+def test_help__exit_0_flags_and_config_keys(tmp_path, script, flags, shown):
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, f"scripts/{script}.py"), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(("Train an agent", "Evaluate a run")), out.stdout[:200]
+    for text in shown:
+        assert text in out.stdout, text
+    if script == "train":  # the registries' names are the allowed values
+        assert "env.name = " in out.stdout and "loss.policy = 'ppo_clip'  (one of ['" in out.stdout
