@@ -56,13 +56,14 @@ def main(argv):
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if summary.get("stopped"):  # a non-finite step: the run cannot go on as configured
+        print(f"error: {summary['stopped']}", file=sys.stderr)
     sys.exit(exit_code(summary))
 
 
 def exit_code(summary: dict) -> int:
     """The exit status of a run that returned `summary` (`loop.run`)."""
     if summary.get("stopped"):
-        print(f"error: {summary['stopped']}", file=sys.stderr)
         return 1
     if summary.get("terminated"):
         return 143  # as a shell reports SIGTERM; the checkpoint is saved
