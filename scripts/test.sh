@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up (a .venv beside this repo, if absent), lint, and run the default test suite.
+# Set up (a .venv beside this repo, if absent), lint, and run the tests on 2 workers.
+# Its exit status is pytest's (or the first failing setup or lint step's).
 #
-#   ./scripts/test.sh                 # fast suite (slow tests excluded)
-#   ./scripts/test.sh -m slow         # the slow tests only
+#   ./scripts/test.sh                         # default suite, slow tests excluded (~8 min)
+#   ./scripts/test.sh -m slow                 # the slow tests only (~20 min)
+#   ./scripts/test.sh -m "slow or not slow"   # everything, as CI runs it (.ci/run)
 #   ./scripts/test.sh tests/credit    # any pytest arguments
 #   ./scripts/test.sh --dist load tests/credit/test_registry.py  # one file over both workers
 set -euo pipefail

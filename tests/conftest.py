@@ -46,14 +46,34 @@ if _CACHE != "off":
 # (`--dist loadfile --no-loadscope-reorder`), so the long train-step and sharding files start
 # at once and the many short files even out the end.
 _FIRST = ("tests/train/", "tests/test_", "tests/rollout/", "tests/models/", "tests/envs/")
+# With the slow tests selected (`-m "slow or not slow"` in CI): the files whose slow tests
+# take longest go before all others, longest first (a full run with both workers busy:
+# ~100-340 s each), so that no long file starts last and leaves one worker idle at the end.
+_SLOW_FIRST = (
+    "tests/test_sharding.py",
+    "tests/test_multihost.py",
+    "tests/test_sweep.py",
+    "tests/train/test_sft.py",
+    "tests/train/test_sft_workdir.py",
+    "tests/test_extending.py",
+    "tests/train/test_train.py",
+    "tests/train/test_seeds_vmap.py",
+    "tests/train/test_shared_prompt.py",
+    "tests/models/test_hf.py",
+    "tests/envs/test_household.py",
+    "tests/test_models.py",
+)
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: `items` are the tests that run
 def pytest_collection_modifyitems(config, items):
     root = str(config.rootpath)
+    slow = any(item.get_closest_marker("slow") for item in items)
+    first = (_SLOW_FIRST if slow else ()) + _FIRST
 
     def rank(item):
         path = os.path.relpath(str(item.path), root)
-        return next((i for i, p in enumerate(_FIRST) if path.startswith(p)), len(_FIRST))
+        return next((i for i, p in enumerate(first) if path.startswith(p)), len(first))
 
     items.sort(key=rank)  # stable: the order within a rank is kept
 
