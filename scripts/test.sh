@@ -3,8 +3,8 @@
 # Its exit status is pytest's (or the first failing setup or lint step's).
 #
 #   ./scripts/test.sh                         # default suite, slow tests excluded (~8 min)
-#   ./scripts/test.sh -m slow                 # the slow tests only (~20 min)
-#   ./scripts/test.sh -m "slow or not slow"   # everything, as CI runs it (.ci/run)
+#   ./scripts/test.sh -m slow                 # the slow tests only (~10 min)
+#   ./scripts/test.sh -m "slow or not slow"   # everything, as CI runs it (~18 min)
 #   ./scripts/test.sh tests/credit    # any pytest arguments
 #   ./scripts/test.sh --dist load tests/credit/test_registry.py  # one file over both workers
 set -euo pipefail
