@@ -196,12 +196,11 @@ class _InfRewardLake(frozen_lake.FrozenLake):
 _InfRewardLake.__signature__ = inspect.signature(frozen_lake.FrozenLake)  # its config fields
 
 
-if "inf_reward_lake_test" not in envs.registry.names():
-    envs.registry.register("inf_reward_lake_test")(_InfRewardLake)
-
-
 @pytest.mark.slow  # a train step of its own to compile (~30 s)
-def test_loop__nonfinite_reward_stops_naming_the_environment(tmp_path):
+def test_loop__nonfinite_reward_stops_naming_the_environment(tmp_path, monkeypatch):
+    # Registered for this test only: tests that go over every registered environment
+    # (tests/envs/test_constructor_bounds.py) run in the same worker process.
+    monkeypatch.setitem(envs.registry._REGISTRY, "inf_reward_lake_test", _InfRewardLake)
     c = loop_config()
     with c.unlocked():
         c.env.name = "inf_reward_lake_test"
