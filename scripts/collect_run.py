@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,11 +53,29 @@ def main(argv):
         config_utils.fail("--name=''; allowed: a file name prefix, e.g. quickstart")
     os.makedirs(_OUT.value, exist_ok=True)
     prefix = os.path.join(_OUT.value, _NAME.value)
+    config = _stored_config(_WORKDIR.value)
+    eval_tasks = config.get("train", {}).get("eval_tasks")
+    init = config.get("init", {})
+    sft_metrics = os.path.join(init.get("params") or "", writers.METRICS_NAME)
+    sft_metrics = sft_metrics if init.get("params") and os.path.exists(sft_metrics) else None
     writers.plot_curves(
-        metrics, prefix + "_curves.png", _KEYS.value, x="wall_time", title=_NAME.value
+        metrics,
+        prefix + "_curves.png",
+        _KEYS.value,
+        x="wall_time",
+        title=_NAME.value,
+        eval_tasks=eval_tasks,
+        sft_metrics=sft_metrics,
+        sft_wall_counted=bool(init.get("count_wall", False)),
     )
-    evals = [r for r in rows if "eval_test/greedy_success" in r]
-    cols = ["step", "wall_time"] + sorted(k for k in evals[0] if k.startswith("eval_test/"))
+    # One CSV row per evaluated step: the test and (where evaluated) OOD rows merged.
+    by_step: dict[int, dict] = {}
+    for r in rows:
+        if any(k.startswith(("eval_test/", "eval_ood/")) for k in r):
+            by_step.setdefault(r["step"], {}).update(r)
+    evals = [by_step[k] for k in sorted(by_step)]
+    keys = {k for r in evals for k in r if k.startswith(("eval_test/", "eval_ood/"))}
+    cols = ["step", "wall_time"] + sorted(keys)
     with open(prefix + "_eval.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -69,7 +88,28 @@ def main(argv):
         with open(prefix + "_summary.json", "w") as f:
             json.dump(data, f, indent=2)
         print(json.dumps(data, indent=2))
+    provenance = os.path.join(_WORKDIR.value, "provenance.json")
+    if os.path.exists(provenance):
+        shutil.copyfile(provenance, prefix + "_provenance.json")
     print(f"wrote {prefix}_curves.png, {prefix}_eval.csv")
+
+
+def _stored_config(workdir: str) -> dict:
+    """The run's resolved config as a dict (from provenance.json, else checkpoints/
+    config.json), or {} when neither is there."""
+    for path in (
+        os.path.join(workdir, "provenance.json"),
+        os.path.join(workdir, "checkpoints", "config.json"),
+    ):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        data = data.get("config", data) if path.endswith("provenance.json") else data
+        if isinstance(data, dict) and data:
+            return data
+    return {}
 
 
 if __name__ == "__main__":
