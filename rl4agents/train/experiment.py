@@ -42,7 +42,7 @@ COMPAT_KEYS = (
     "seed",  # a resumed run replays the randomness of the uninterrupted one
 )
 # Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
-COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed"}  # the adaptive controller came with 98fdac0
+COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed"}  # runs saved before the adaptive controller
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
 EVAL_KEYS = step_lib.EVAL_KEYS
