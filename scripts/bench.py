@@ -312,13 +312,7 @@ _ORDER = {  # peer jobs then ours, per job family (the interleaving of one round
 def bench_vs_peers(args, mesh) -> dict:
     selected = set(args.peer_jobs.split(",")) if args.peer_jobs else None
     by_name = {j.name: j for j in peers.PEER_JOBS}
-    scripts_src = peers.find_scripts(
-        [
-            args.peers_src,
-            os.path.join(_REPO, "shared/bench/peers"),
-            os.path.join(_REPO, "../shared/bench/peers"),
-        ]
-    )
+    scripts_src = peers.find_scripts([args.peers_src])
     run_peers = {}
     for job in peers.PEER_JOBS:
         if args.skip_peers or (selected is not None and job.name not in selected):
@@ -700,7 +694,11 @@ def main(argv=None) -> int:
         default="/tmp/peers",
         help="root of the peers' venvs (<dir>/trl, <dir>/tunix, <dir>/jax)",
     )
-    ap.add_argument("--peers-src", default="", help="folder of the peer scripts (mt_common.py)")
+    ap.add_argument(
+        "--peers-src",
+        default=os.environ.get("RL4AGENTS_PEERS_SRC", ""),
+        help="folder of the peer scripts (mt_common.py); default: $RL4AGENTS_PEERS_SRC",
+    )
     ap.add_argument(
         "--scratch",
         default=os.path.join(tempfile.gettempdir(), "peers_run"),

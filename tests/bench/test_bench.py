@@ -3,8 +3,8 @@
 Reference strings and ids below were produced by the peers' own `mt_common.py` (gymnasium
 1.4.0 FrozenLake-v1, `tokenizers` WordLevel through `PreTrainedTokenizerFast`): for each map,
 the first prompt and, for a scripted episode, every `obs_turn_text` with reward, done and
-whether the action parsed. If the peer scripts are found (a `shared/bench/peers` folder beside
-or above the repo) their vocabulary and system prompt are compared too.
+whether the action parsed. If the peer scripts are given (`RL4AGENTS_PEERS_SRC`, the folder
+holding `mt_common.py`) their vocabulary and system prompt are compared too.
 """
 
 import os
@@ -168,11 +168,8 @@ EPISODES = [
 
 
 def _find_mt_common():
-    for rel in ("shared/bench/peers", "../shared/bench/peers"):
-        path = os.path.join(_REPO, rel)
-        if os.path.isfile(os.path.join(path, "mt_common.py")):
-            return path
-    return None
+    path = os.environ.get("RL4AGENTS_PEERS_SRC", "")
+    return path if path and os.path.isfile(os.path.join(path, "mt_common.py")) else None
 
 
 def test_peer_lake__maps_match_gymnasium_reference():
