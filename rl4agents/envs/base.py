@@ -1,23 +1,59 @@
-"""The environment protocol: pure functions over fixed-shape token arrays.
+"""The environment interface and the base every built-in environment is written on.
+
+An environment is static settings plus pure functions, as in gymnax and jumanji:
+
+  * settings: a frozen dataclass of the constructor arguments (`env.config`), all static (they
+    fix shapes and the compiled program), validated when the dataclass is built;
+  * params: a pytree of per-run values read inside `jit` (`SplitParams`: which task class
+    `reset` draws);
+  * state: a pytree of one episode, carrying `done`;
+  * `reset_env` / `step_env`: the environment's own dynamics. `TextEnv.reset` and
+    `TextEnv.step` wrap them: the first timestep, and absorbing after `done` (state unchanged,
+    zero reward, empty observation).
 
 Functions act on one episode; batch them with `jax.vmap` at the call site. Per-task data lives
-in the state or the params, never in `self`, so one compilation serves every task. Once `done`
-is set, `step` is absorbing: state unchanged, zero reward, empty observation.
+in the state or the params, never in `self`, so one compilation serves every task.
+
+Splits: every task has a uint32 hash; tasks whose `hash % 1000 < round(1000 * test_fraction)`
+form the held-out test class and training never generates them (`TextEnv.in_split`). The
+"ood" split is a differently configured environment (`TextEnv.ood_config`) drawing from either
+class. `docs/extending.md` ("Add an environment") walks through a complete small one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rl4agents import text
 from rl4agents.types import TimeStep
 
+SPLITS = ("train", "test", "ood")
 
+
+def split_id(split: str) -> int:
+    """int index of `split` in `SPLITS` (0 train, 1 test, 2 ood); unknown names raise."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
+    return SPLITS.index(split)
+
+
+@flax.struct.dataclass
+class SplitParams:
+    """Per-run parameters: which task class `reset` draws."""
+
+    split: jax.Array  # int32[] 0 train class, 1 test class, 2 either class (ood)
+
+
+@runtime_checkable
 class Environment(Protocol):
-    """A multi-turn text environment over token arrays.
+    """A multi-turn text environment over token arrays: the whole interface callers use.
 
     Attributes (static, set at construction):
       tokenizer: the tokenizer its fragments were encoded with.
@@ -25,16 +61,30 @@ class Environment(Protocol):
       max_prompt_len: P, the static length of the observation returned by `reset`.
       max_action_len: the longest valid action in tokens (the rollout's A must be at least
         this plus one for the end-of-action token).
+      num_actions: the number of action ids `action_tokens` and `oracle_actions` use.
+
+    Process rewards (per-turn shaping such as `progress_reward`) are settings of the
+    environment and arrive in `TimeStep.reward`; `TimeStep.success` says whether the task was
+    solved, whatever the reward.
     """
 
     tokenizer: text.Tokenizer
     max_obs_len: int
     max_prompt_len: int
     max_action_len: int
+    num_actions: int
 
-    def default_params(self, split: str = "train") -> Any: ...
+    def default_params(self, split: str = "train") -> Any:
+        """Params drawing tasks of `split` ("train", "test" or "ood") from this env."""
+        ...
 
-    def reset(self, key: jax.Array, params: Any) -> tuple[Any, TimeStep]: ...
+    def make_split(self, split: str) -> tuple[Environment, Any]:
+        """(env, params) for `split`; "ood" may return a differently configured env."""
+        ...
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, TimeStep]:
+        """A new episode: its state and a timestep with obs_tokens int32[P]."""
+        ...
 
     def step(
         self,
@@ -43,9 +93,177 @@ class Environment(Protocol):
         action_tokens: jax.Array,  # int32[A]
         action_len: jax.Array,  # int32[]
         params: Any,
-    ) -> tuple[Any, TimeStep]: ...
+    ) -> tuple[Any, TimeStep]:
+        """One turn: the next state and a timestep with obs_tokens int32[O]; absorbing after
+        `done`."""
+        ...
 
-    def render(self, state: Any) -> str: ...
+    def anchor(self, state: Any) -> jax.Array:
+        """uint32[] hash of the observable state (equal anchors: interchangeable states)."""
+        ...
+
+    def action_tokens(self, action: int) -> np.ndarray:
+        """int32[len] tokens of action id `action` in [0, num_actions) (host side)."""
+        ...
+
+    def oracle_actions(self, state: Any) -> list[int] | None:
+        """A plan of action ids from one host-side state to success, or None (host side)."""
+        ...
+
+    def render(self, state: Any) -> str:
+        """One host-side state as text, for people."""
+        ...
+
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        """Every fragment table the env encodes text with (its complete token surface)."""
+        ...
+
+
+def settings(config_cls: type, args: Mapping[str, Any]) -> Any:
+    """`config_cls` (a dataclass) built from the arguments of the same names in `args`.
+
+    A constructor passes `locals()`, so each setting is spelled once in its signature (where
+    the config system reads the defaults) and once as a field of the settings dataclass.
+    """
+    return config_cls(**{f.name: args[f.name] for f in dataclasses.fields(config_cls)})
+
+
+class TextEnv:
+    """Base of the built-in environments: splits, params, the step ending and absorbing.
+
+    A subclass sets, in its constructor, `self.config` (through `TextEnv.__init__`), the static
+    sizes of `Environment`, and `self.action_table` (the action words, one row per action id),
+    and implements `reset_env`, `step_env`, `anchor`, `ood_config`, `fragment_tables`, `render`
+    and `oracle_actions`. The config must have a field `test_fraction`, and its fields must be
+    the constructor's keyword arguments (besides `tokenizer`): `make_split("ood")` builds the
+    OOD environment from them.
+    """
+
+    tokenizer: text.Tokenizer
+    max_obs_len: int
+    max_prompt_len: int
+    max_action_len: int
+    num_actions: int
+    action_table: text.FragmentTable
+
+    def __init__(self, config: Any, tokenizer: text.Tokenizer | None):
+        self.config = config
+        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
+
+    # Splits and params.
+
+    @property
+    def test_threshold(self) -> int:
+        """Hash classes `[0, test_threshold)` of 1000 form the held-out test class."""
+        return int(round(self.config.test_fraction * 1000))
+
+    def in_split(self, task_hash: jax.Array, split: jax.Array) -> jax.Array:
+        """bool[]: a task of uint32[] `task_hash` belongs to int32[] `split` (see
+        `in_split_class`)."""
+        return in_split_class(task_hash, self.test_threshold, split)
+
+    def ood_config(self) -> Any:
+        """The settings of the "ood" split's environment (harder or larger tasks)."""
+        raise NotImplementedError
+
+    def default_params(self, split: str = "train") -> SplitParams:
+        """Params selecting the task class `split` ("ood": either class) for this env."""
+        return SplitParams(split=jnp.asarray(split_id(split), jnp.int32))
+
+    def make_split(self, split: str) -> tuple[TextEnv, SplitParams]:
+        """(env, params) for "train", "test" or "ood" (a new env built from `ood_config()`)."""
+        split_id(split)
+        env = self
+        if split == "ood":
+            ood = dataclasses.asdict(self.ood_config())
+            env = type(self)(**ood, tokenizer=self.tokenizer)
+        return env, env.default_params(split)
+
+    # Dynamics.
+
+    def reset_env(self, key: jax.Array, params: Any) -> tuple[Any, jax.Array, jax.Array]:
+        """(state, obs_tokens int32[P], obs_len int32[]) of a new episode."""
+        raise NotImplementedError
+
+    def step_env(
+        self,
+        key: jax.Array,
+        state: Any,
+        action_tokens: jax.Array,
+        action_len: jax.Array,
+        params: Any,
+    ) -> tuple[Any, TimeStep]:
+        """One turn of a live episode: the next state and its timestep (obs int32[O])."""
+        raise NotImplementedError
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, TimeStep]:
+        """A new episode from `reset_env`: no reward, not done, the prompt as observation.
+
+        Args:
+          key: typed PRNG key.
+          params: the env's params (`default_params`).
+
+        Returns:
+          The state and a TimeStep whose obs_tokens int32[P] hold the prompt.
+        """
+        state, obs, obs_len = self.reset_env(key, params)
+        return state, TimeStep(
+            obs_tokens=obs,
+            obs_len=obs_len,
+            reward=jnp.zeros((), jnp.float32),
+            done=jnp.zeros((), bool),
+            anchor=self.anchor(state),
+            valid_action=jnp.ones((), bool),
+            success=jnp.zeros((), bool),
+        )
+
+    def step(
+        self,
+        key: jax.Array,
+        state: Any,
+        action_tokens: jax.Array,
+        action_len: jax.Array,
+        params: Any,
+    ) -> tuple[Any, TimeStep]:
+        """One turn from `step_env`; once `state.done`, absorbing (state unchanged, zero
+        reward, empty observation).
+
+        Args:
+          key: typed PRNG key.
+          state: the episode's state (host numpy states work eagerly too).
+          action_tokens: int32[A] action tokens, end-of-action excluded.
+          action_len: int32[] number of valid action tokens.
+          params: the env's params.
+
+        Returns:
+          The next state and a TimeStep with obs_tokens int32[O].
+        """
+        state = jax.tree.map(jnp.asarray, state)
+        new_state, timestep = self.step_env(key, state, action_tokens, action_len, params)
+        frozen = empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
+        return absorbing(state.done, (state, frozen), (new_state, timestep))
+
+    def anchor(self, state: Any) -> jax.Array:
+        """uint32[] hash of the observable state."""
+        raise NotImplementedError
+
+    # Text and host-side helpers.
+
+    def action_tokens(self, action: int) -> np.ndarray:
+        """int32[len] tokens of action id `action` (a row of `action_table`)."""
+        return self.action_table.tokens[action, : self.action_table.lengths[action]].copy()
+
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        """Every fragment table the env encodes text with."""
+        raise NotImplementedError
+
+    def render(self, state: Any) -> str:
+        """One host-side state as text."""
+        raise NotImplementedError
+
+    def oracle_actions(self, state: Any) -> list[int] | None:
+        """A plan of action ids from a host-side state to success, or None."""
+        raise NotImplementedError
 
 
 def absorbing(done: jax.Array, old, new):
@@ -126,3 +344,14 @@ def first_qualifying(
     init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), fallback)
     _, _, task = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < max_rounds), _round, init)
     return task
+
+
+def uniform_from_bits(bits: jax.Array) -> jax.Array:
+    """f32 in [0, 1) from uint32 `bits`, as `jax.random.uniform` makes them from its bits.
+
+    So a generator under `first_qualifying` draws `jax.random.bernoulli(key, p, shape)` as
+    `uniform_from_bits(jax.random.bits(key, shape, jnp.uint32)) < p`, bit for bit.
+    """
+    mantissa = jax.lax.shift_right_logical(bits, jnp.uint32(32 - 23))
+    one = jnp.uint32(np.array(1.0, np.float32).view(np.uint32))
+    return jax.lax.bitcast_convert_type(mantissa | one, jnp.float32) - jnp.float32(1.0)

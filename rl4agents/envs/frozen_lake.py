@@ -18,6 +18,7 @@ the defaults, the hole-free map is used.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import flax.struct
 import jax
@@ -28,7 +29,7 @@ from rl4agents import text
 from rl4agents.envs import base, registry
 from rl4agents.types import TimeStep
 
-SPLITS = ("train", "test", "ood")
+SPLITS = base.SPLITS
 ACTIONS = ("up", "down", "left", "right")
 DELTAS = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)  # (row, col) per action id
 # Gym's slippery rule: the intended move with probability `success_rate` (gym default 1/3),
@@ -38,12 +39,47 @@ _MAX_ROUNDS = 16
 _CELLS = {"frozen": "_", "hole": "O", "goal": "G", "agent": "P"}
 _CHARS = tuple(_CELLS.values())  # cell code -> character, in the order of the fragment table
 
+FrozenLakeParams = base.SplitParams
 
-@flax.struct.dataclass
-class FrozenLakeParams:
-    """Per-run parameters: which layout class `reset` draws."""
 
-    split: jax.Array  # int32[] 0 train class, 1 test class, 2 either class (ood)
+@dataclasses.dataclass(frozen=True)
+class FrozenLakeConfig:
+    """Static settings (the constructor's arguments; see `FrozenLake`), checked when built."""
+
+    size: int = 4
+    hole_prob: float = 0.2
+    slippery: bool = False
+    success_rate: float = 1.0 / 3.0
+    progress_reward: float = 0.0
+    invalid_penalty: float = 0.05
+    goal_reward: float = 1.0
+    test_fraction: float = 0.2
+    ood_size: int = 0
+    num_candidates: int = 64
+    compact: bool = False
+    view_radius: int = 0
+
+    def __post_init__(self):
+        if self.size < 2:
+            raise ValueError(f"size must be >= 2, got {self.size}")
+        if not 0.0 <= self.hole_prob < 1.0:
+            raise ValueError(f"hole_prob must be in [0, 1), got {self.hole_prob}")
+        base.check_test_fraction(self.test_fraction)
+        if not 0.0 < self.success_rate <= 1.0:
+            raise ValueError(f"success_rate must be in (0, 1], got {self.success_rate}")
+        if self.view_radius < 0:
+            raise ValueError(
+                f"view_radius must be >= 0 (0 = the whole grid), got {self.view_radius}"
+            )
+        if self.ood_size < 0:
+            raise ValueError(f"ood_size must be >= 0 (0 = size + 2), got {self.ood_size}")
+        if self.ood_size == 1:
+            raise ValueError(f"ood_size must be 0 (= size + 2) or >= 2, got {self.ood_size}")
+        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+        base.check_nonnegative("goal_reward", self.goal_reward)
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
 
 
 @flax.struct.dataclass
@@ -53,12 +89,6 @@ class FrozenLakeState:
     holes: jax.Array  # bool[N, N] hole layout
     pos: jax.Array  # int32[2] agent (row, col)
     done: jax.Array  # bool[] fell into a hole or reached the goal
-
-
-def _split_id(split: str) -> int:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
-    return SPLITS.index(split)
 
 
 def _shift(x: jax.Array, drow: int, dcol: int) -> jax.Array:
@@ -96,19 +126,19 @@ def layout_hash(holes: jax.Array) -> jax.Array:
 
 
 @registry.register("frozen_lake")
-class FrozenLake:
+class FrozenLake(base.TextEnv):
     """FrozenLake text environment (see the module docstring).
 
     Attributes:
+      config: `FrozenLakeConfig`, the settings below.
       tokenizer: tokenizer the fragments were encoded with.
-      size: N, side of the square map.
       max_prompt_len: P, length of the grid observation returned by `reset`.
       max_obs_len: O, length of the observation returned by `step` (message + grid).
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
 
     Args (a value out of its range raises ValueError at construction):
-      size: side of the square map, >= 2.
+      size: N, side of the square map, >= 2.
       hole_prob: probability that a cell is a hole, in [0, 1).
       slippery: gym's slippery moves (see `success_rate`).
       success_rate: probability of the intended move when slippery (gym's default 1/3), in
@@ -142,53 +172,8 @@ class FrozenLake:
         view_radius: int = 0,
         tokenizer: text.Tokenizer | None = None,
     ):
-        if size < 2:
-            raise ValueError(f"size must be >= 2, got {size}")
-        if not 0.0 <= hole_prob < 1.0:
-            raise ValueError(f"hole_prob must be in [0, 1), got {hole_prob}")
-        base.check_test_fraction(test_fraction)
-        if not 0.0 < success_rate <= 1.0:
-            raise ValueError(f"success_rate must be in (0, 1], got {success_rate}")
-        if view_radius < 0:
-            raise ValueError(f"view_radius must be >= 0 (0 = the whole grid), got {view_radius}")
-        if ood_size < 0:
-            raise ValueError(f"ood_size must be >= 0 (0 = size + 2), got {ood_size}")
-        if ood_size == 1:
-            raise ValueError(f"ood_size must be 0 (= size + 2) or >= 2, got {ood_size}")
-        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("goal_reward", goal_reward)
-        if num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        self._kwargs = dict(
-            size=size,
-            hole_prob=hole_prob,
-            slippery=slippery,
-            success_rate=success_rate,
-            progress_reward=progress_reward,
-            invalid_penalty=invalid_penalty,
-            goal_reward=goal_reward,
-            test_fraction=test_fraction,
-            ood_size=ood_size,
-            num_candidates=num_candidates,
-            compact=compact,
-            view_radius=view_radius,
-            tokenizer=tokenizer,
-        )
-        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
-        self.size = size
-        self.hole_prob = hole_prob
-        self.slippery = slippery
-        self.success_rate = success_rate
-        self.progress_reward = progress_reward
-        self.invalid_penalty = invalid_penalty
-        self.goal_reward = goal_reward
-        self.test_threshold = int(round(test_fraction * 1000))
-        self.ood_size = ood_size or size + 2  # 0: two cells larger than the training maps
-        self.num_candidates = num_candidates
-        self.view_radius = view_radius
-
-        self._actions = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
+        super().__init__(base.settings(FrozenLakeConfig, locals()), tokenizer)
+        self.action_table = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
@@ -201,36 +186,30 @@ class FrozenLake:
                 "invalid": "invalid" if compact else "invalid action\n",
             },
         )
+        frag_len = lambda name: int(self._frags.lengths[self._frags.id(name)])  # noqa: E731
         cell_len = int(self._frags.lengths[: len(_CELLS)].max())
-        newline_len = int(self._frags.lengths[self._frags.id("newline")])
         self.num_actions = len(ACTIONS)
-        self.max_action_len = int(self._actions.lengths.max())
-        end_len = int(self._frags.lengths[self._frags.id("end")])
+        self.max_action_len = int(self.action_table.lengths.max())
         side = 2 * view_radius + 1 if view_radius else size
-        self.max_prompt_len = side * side * cell_len + (side - 1) * newline_len + end_len
-        invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
-        self.max_obs_len = invalid_len + self.max_prompt_len
+        grid_len = side * side * cell_len + (side - 1) * frag_len("newline")
+        self.max_prompt_len = grid_len + frag_len("end")
+        self.max_obs_len = frag_len("invalid") + self.max_prompt_len
 
-    def default_params(self, split: str = "train") -> FrozenLakeParams:
-        """Params selecting the layout class `split` ("ood": either class) for this size."""
-        return FrozenLakeParams(split=jnp.asarray(_split_id(split), jnp.int32))
+    def ood_config(self) -> FrozenLakeConfig:
+        """Maps of side `ood_size` (0: two cells larger than the training maps)."""
+        c = self.config
+        return dataclasses.replace(c, size=c.ood_size or c.size + 2, ood_size=0)
 
-    def make_split(self, split: str) -> tuple[FrozenLake, FrozenLakeParams]:
-        """(env, params) for "train", "test" or "ood" (a new env with `size=ood_size`)."""
-        _split_id(split)
-        ood = {"size": self.ood_size, "ood_size": 0, "tokenizer": self.tokenizer}
-        env = self if split != "ood" else FrozenLake(**{**self._kwargs, **ood})
-        return env, env.default_params(split)
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        return (self.action_table, self._frags)
 
-    def reset(self, key: jax.Array, params: FrozenLakeParams) -> tuple[FrozenLakeState, TimeStep]:
+    def reset_env(
+        self, key: jax.Array, params: FrozenLakeParams
+    ) -> tuple[FrozenLakeState, jax.Array, jax.Array]:
         """Draws a solvable map of the params' class; the agent starts at (0, 0).
 
-        Args:
-          key: typed PRNG key.
-          params: `FrozenLakeParams`.
-
         Returns:
-          The state and a TimeStep whose obs_tokens int32[P] hold the grid.
+          The state, the grid obs_tokens int32[P] and obs_len int32[].
         """
         holes = self._generate(key, params.split)
         state = FrozenLakeState(
@@ -239,17 +218,9 @@ class FrozenLake:
         obs, obs_len = text.concat_fragments(
             self._frags, self._grid_ids(state), self.tokenizer.pad_id, self.max_prompt_len
         )
-        return state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=jnp.zeros((), jnp.float32),
-            done=jnp.zeros((), bool),
-            anchor=self.anchor(state),
-            valid_action=jnp.ones((), bool),
-            success=jnp.zeros((), bool),
-        )
+        return state, obs, obs_len
 
-    def step(
+    def step_env(
         self,
         key: jax.Array,
         state: FrozenLakeState,
@@ -261,24 +232,24 @@ class FrozenLake:
 
         Args:
           key: typed PRNG key (used only when slippery).
-          state: current `FrozenLakeState`.
+          state: current `FrozenLakeState`, not done.
           action_tokens: int32[A] action tokens, end-of-action excluded.
           action_len: int32[] number of valid action tokens.
           params: `FrozenLakeParams` (unused by the dynamics).
 
         Returns:
-          The next state and a TimeStep with obs_tokens int32[O]; absorbing once done.
+          The next state and a TimeStep with obs_tokens int32[O].
         """
         del params
-        state = jax.tree.map(jnp.asarray, state)  # host (numpy) states work eagerly too
-        n = self.size
-        action = text.match_action(self._actions, action_tokens, action_len)
+        c = self.config
+        n = c.size
+        action = text.match_action(self.action_table, action_tokens, action_len)
         valid = action >= 0
         move = jnp.maximum(action, 0)
-        if self.slippery:
+        if c.slippery:
             options = jnp.concatenate([move[None], jnp.asarray(_PERPENDICULAR)[move]])
-            slip = (1.0 - self.success_rate) / 2.0
-            probs = jnp.asarray([self.success_rate, slip, slip], jnp.float32)
+            slip = (1.0 - c.success_rate) / 2.0
+            probs = jnp.asarray([c.success_rate, slip, slip], jnp.float32)
             move = options[jax.random.choice(key, 3, p=probs)]
         pos = jnp.clip(state.pos + jnp.asarray(DELTAS)[move], 0, n - 1)  # off-grid: stay
         pos = jnp.where(valid, pos, state.pos)
@@ -291,13 +262,13 @@ class FrozenLake:
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        reward = jnp.where(valid, jnp.where(at_goal, self.goal_reward, 0.0), -self.invalid_penalty)
-        if self.progress_reward:
+        reward = jnp.where(valid, jnp.where(at_goal, c.goal_reward, 0.0), -c.invalid_penalty)
+        if c.progress_reward:
             # Process signal: potential-based shaping on the Manhattan distance to the goal,
             # `c * (d(s) - d(s'))`, which keeps the optimal policy (Ng et al., 1999).
             dist = lambda p: 2 * (n - 1) - p.sum()  # noqa: E731
-            reward = reward + self.progress_reward * (dist(state.pos) - dist(pos))
-        timestep = TimeStep(
+            reward = reward + c.progress_reward * (dist(state.pos) - dist(pos))
+        return new_state, TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
             reward=reward.astype(jnp.float32),
@@ -306,8 +277,6 @@ class FrozenLake:
             valid_action=valid,
             success=at_goal,
         )
-        frozen = base.empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
-        return base.absorbing(state.done, (state, frozen), (new_state, timestep))
 
     def anchor(self, state: FrozenLakeState) -> jax.Array:
         """uint32[] hash of (hole layout, agent position)."""
@@ -319,12 +288,12 @@ class FrozenLake:
         The view is the whole grid (S = N), or with `view_radius` r the (2r+1) x (2r+1) window
         centred on the agent (S = 2r + 1), off-grid cells shown as walls ("#").
         """
-        n = self.size
+        n = self.config.size
         cells = jnp.where(state.holes, 1, 0).at[n - 1, n - 1].set(2)
         cells = cells.at[state.pos[0], state.pos[1]].set(3)
         side = n
-        if self.view_radius:
-            r = self.view_radius
+        if self.config.view_radius:
+            r = self.config.view_radius
             side = 2 * r + 1
             wall = self._frags.id("wall")
             cells = jnp.pad(cells, r, constant_values=wall)
@@ -334,29 +303,25 @@ class FrozenLake:
         return ids.at[-1].set(self._frags.id("end"))
 
     def _generate(self, key: jax.Array, split: jax.Array) -> jax.Array:
-        """bool[N, N] first solvable candidate layout of the split's class (while_loop rounds)."""
-        n, num = self.size, self.num_candidates
+        """bool[N, N] first solvable candidate layout of the split's class (`_MAX_ROUNDS`
+        rounds of `num_candidates` Bernoulli(`hole_prob`) layouts; the hole-free map if none
+        qualifies)."""
+        n, c = self.config.size, self.config
 
-        def _qualifies(holes):
-            in_class = base.in_split_class(layout_hash(holes), self.test_threshold, split)
-            return solvable(holes) & in_class
-
-        def _round(carry):
-            round_index, _, best = carry
-            key_round = jax.random.fold_in(key, round_index)
-            holes = jax.random.bernoulli(key_round, self.hole_prob, (num, n, n))
+        def _candidates(bits):
+            holes = base.uniform_from_bits(bits).reshape(-1, n, n) < c.hole_prob
             holes = holes.at[:, 0, 0].set(False).at[:, n - 1, n - 1].set(False)
-            ok = jax.vmap(_qualifies)(holes)
-            found = ok.any()
-            return round_index + 1, found, jnp.where(found, holes[jnp.argmax(ok)], best)
+            in_class = jax.vmap(lambda h: self.in_split(layout_hash(h), split))(holes)
+            return holes, jax.vmap(solvable)(holes) & in_class
 
-        init = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), jnp.zeros((n, n), bool))
-        _, _, holes = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return holes
-
-    def action_tokens(self, action: int) -> np.ndarray:
-        """int32[len] tokens of action id `action` (0 up, 1 down, 2 left, 3 right)."""
-        return self._actions.tokens[action, : self._actions.lengths[action]].copy()
+        return base.first_qualifying(
+            key,
+            _candidates,
+            jnp.zeros((n, n), bool),
+            num_candidates=c.num_candidates,
+            bits_per_candidate=n * n,
+            max_rounds=_MAX_ROUNDS,
+        )
 
     def render(self, state: FrozenLakeState) -> str:
         """The whole grid as text, one row per line (host side), whatever the policy's view."""
@@ -369,9 +334,9 @@ class FrozenLake:
     def state_from_text(self, grid: str) -> FrozenLakeState:
         """Builds a state from rows of "_", "O", "G", "P" (goal bottom-right, one "P")."""
         rows = [r for r in grid.strip().split("\n")]
-        n = len(rows)
-        if n != self.size or any(len(r) != n for r in rows):
-            raise ValueError(f"expected a {self.size}x{self.size} grid, got {rows}")
+        n, size = len(rows), self.config.size
+        if n != size or any(len(r) != n for r in rows):
+            raise ValueError(f"expected a {size}x{size} grid, got {rows}")
         holes = np.array([[ch == "O" for ch in r] for r in rows])
         (pos,) = [(r, c) for r in range(n) for c in range(n) if rows[r][c] == "P"]
         done = holes[pos] or pos == (n - 1, n - 1)

@@ -40,7 +40,7 @@ class Batched:
 
     def __init__(self, env):
         self.env = env
-        self.length = 2 * env.size * env.size
+        self.length = 2 * env.config.size * env.config.size
         self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
 
         def play(key, state, tokens, lengths, params):
@@ -77,7 +77,7 @@ def test_frozen_lake__registered_with_builtin_sizes():
     assert isinstance(env, frozen_lake.FrozenLake)
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (20, 23, 1)
     assert env.num_actions == 4
-    assert (OOD_ENV.size, OOD_ENV.max_prompt_len, OOD_ENV.max_obs_len) == (6, 42, 45)
+    assert (OOD_ENV.config.size, OOD_ENV.max_prompt_len, OOD_ENV.max_obs_len) == (6, 42, 45)
 
 
 def test_frozen_lake__hole_ends_episode_without_reward():
@@ -172,7 +172,7 @@ def test_frozen_lake__oracle_solves_every_generated_map(split):
         plans = np.zeros((B, batched.length), np.int32)  # padding turns act after done
         for i in range(B):
             plan = env.oracle_actions(_index(states, i))
-            assert plan is not None and 2 * (env.size - 1) <= len(plan) <= batched.length
+            assert plan is not None and 2 * (env.config.size - 1) <= len(plan) <= batched.length
             plans[i, : len(plan)] = plan
         final, _, ts = batched.play(seed, states, *_ids_to_tokens(env, plans), params)
         assert np.asarray(final.done).all()

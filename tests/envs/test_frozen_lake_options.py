@@ -205,7 +205,7 @@ def test_progress_reward__invalid_action_gets_only_the_invalid_penalty():
     state = PROGRESS.state_from_text("____\n_P__\n_O__\n___G")
     new, ts = PROGRESS_STEP(jax.random.key(0), state, *invalid_action(PROGRESS), PARAMS)
     assert not ts.valid_action
-    assert float(ts.reward) == pytest.approx(-PROGRESS.invalid_penalty, abs=1e-7)
+    assert float(ts.reward) == pytest.approx(-PROGRESS.config.invalid_penalty, abs=1e-7)
     np.testing.assert_array_equal(new.pos, state.pos)
 
 
@@ -217,8 +217,8 @@ def test_progress_reward__zero_keeps_the_sparse_rewards():
 
 
 def test_ood_size__defaults_to_two_cells_larger_than_the_training_maps():
-    assert frozen_lake.FrozenLake().make_split("ood")[0].size == 6
-    assert frozen_lake.FrozenLake(size=8).make_split("ood")[0].size == 10
-    assert frozen_lake.FrozenLake(size=8, ood_size=12).make_split("ood")[0].size == 12
+    assert frozen_lake.FrozenLake().make_split("ood")[0].config.size == 6
+    assert frozen_lake.FrozenLake(size=8).make_split("ood")[0].config.size == 10
+    assert frozen_lake.FrozenLake(size=8, ood_size=12).make_split("ood")[0].config.size == 12
     with pytest.raises(ValueError, match=r"ood_size must be >= 0 \(0 = size \+ 2\), got -1"):
         frozen_lake.FrozenLake(ood_size=-1)
