@@ -44,6 +44,7 @@ class.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import flax.struct
 import jax
@@ -54,7 +55,7 @@ from rl4agents import text
 from rl4agents.envs import base, registry
 from rl4agents.types import TimeStep
 
-SPLITS = ("train", "test", "ood")
+SPLITS = base.SPLITS
 ACTIONS = ("up", "down", "left", "right")
 DELTAS = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)  # (row, col) per action id
 ALGORITHMS = ("dfs", "prim")
@@ -66,11 +67,51 @@ _CHARS = tuple(_CELLS.values())
 _VISITED_CHAR = "."  # render only: an open cell the agent has stood on
 
 
-@flax.struct.dataclass
-class MazeParams:
-    """Per-run parameters: which layout class `reset` draws."""
+MazeParams = base.SplitParams
 
-    split: jax.Array  # int32[] 0 train class, 1 test class, 2 either class (ood)
+
+@dataclasses.dataclass(frozen=True)
+class MazeConfig:
+    """Static settings (the constructor's arguments; see `Maze`), checked when built."""
+
+    size: int = 4
+    view_radius: int = 1
+    min_distance: int = 2
+    algorithm: str = "dfs"
+    goal_reward: float = 1.0
+    invalid_penalty: float = 0.05
+    progress_reward: float = 0.0
+    explore_reward: float = 0.0
+    test_fraction: float = 0.2
+    ood_size: int = 6
+    num_candidates: int = 16
+    compact: bool = False
+
+    def __post_init__(self):
+        if self.size < 2:
+            raise ValueError(f"size must be >= 2 (rooms per side), got {self.size}")
+        if self.view_radius < 1:
+            raise ValueError(
+                f"view_radius must be >= 1 (1 = the 3x3 window), got {self.view_radius}"
+            )
+        if self.min_distance < 2:
+            raise ValueError(
+                "min_distance must be >= 2 (start and goal are distinct rooms), got "
+                f"{self.min_distance}"
+            )
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"algorithm {self.algorithm!r} is not allowed; allowed: {list(ALGORITHMS)}"
+            )
+        base.check_test_fraction(self.test_fraction)
+        if self.ood_size < 2:
+            raise ValueError(f"ood_size must be >= 2, got {self.ood_size}")
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+        base.check_nonnegative("goal_reward", self.goal_reward)
+        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
+        base.check_nonnegative("explore_reward", self.explore_reward, " (0 = off)")
 
 
 @flax.struct.dataclass
@@ -83,12 +124,6 @@ class MazeState:
     visited: jax.Array  # bool[H, H] cells the agent has stood on (its history, not shown)
     dist: jax.Array  # int32[H, H] BFS moves to the goal (a function of walls and goal)
     done: jax.Array  # bool[] reached the goal
-
-
-def _split_id(split: str) -> int:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
-    return SPLITS.index(split)
 
 
 def far_distance(side: int) -> int:
@@ -163,20 +198,20 @@ def _edges(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @registry.register("maze")
-class Maze:
+class Maze(base.TextEnv):
     """Partially observable maze text environment (see the module docstring).
 
     Attributes:
+      config: `MazeConfig`, the settings below.
       tokenizer: tokenizer the fragments were encoded with.
-      size: rooms per side; the grid has H = 2 * size + 1 cells per side.
-      side: H.
+      side: H = 2 * size + 1, grid cells per side.
       max_prompt_len: P, length of the view returned by `reset`.
       max_obs_len: O, length of the observation returned by `step` (message + view).
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
 
     Args (a value out of its range raises ValueError at construction):
-      size: rooms per side, >= 2.
+      size: rooms per side, >= 2; the grid has H = 2 * size + 1 cells per side.
       view_radius: r, the (2r+1)^2 window around the agent, >= 1 (1 = the 3x3 window).
       min_distance: least moves from the start to the goal, >= 2 (capped at the farthest room).
       algorithm: the carving algorithm, "dfs" or "prim".
@@ -208,56 +243,9 @@ class Maze:
         compact: bool = False,
         tokenizer: text.Tokenizer | None = None,
     ):
-        if size < 2:
-            raise ValueError(f"size must be >= 2 (rooms per side), got {size}")
-        if view_radius < 1:
-            raise ValueError(f"view_radius must be >= 1 (1 = the 3x3 window), got {view_radius}")
-        if min_distance < 2:
-            raise ValueError(
-                f"min_distance must be >= 2 (start and goal are distinct rooms), got {min_distance}"
-            )
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm {algorithm!r} is not allowed; allowed: {list(ALGORITHMS)}")
-        base.check_test_fraction(test_fraction)
-        if ood_size < 2:
-            raise ValueError(f"ood_size must be >= 2, got {ood_size}")
-        if num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        base.check_nonnegative("goal_reward", goal_reward)
-        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
-        base.check_nonnegative("explore_reward", explore_reward, " (0 = off)")
-        self._kwargs = dict(
-            size=size,
-            view_radius=view_radius,
-            min_distance=min_distance,
-            algorithm=algorithm,
-            goal_reward=goal_reward,
-            invalid_penalty=invalid_penalty,
-            progress_reward=progress_reward,
-            explore_reward=explore_reward,
-            test_fraction=test_fraction,
-            ood_size=ood_size,
-            num_candidates=num_candidates,
-            compact=compact,
-            tokenizer=tokenizer,
-        )
-        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
-        self.size = size
+        super().__init__(base.settings(MazeConfig, locals()), tokenizer)
         self.side = 2 * size + 1
-        self.view_radius = view_radius
-        self.min_distance = min_distance
-        self.algorithm = algorithm
-        self.goal_reward = goal_reward
-        self.invalid_penalty = invalid_penalty
-        self.progress_reward = progress_reward
-        self.explore_reward = explore_reward
-        self.test_threshold = int(round(test_fraction * 1000))
-        self.ood_size = ood_size
-        self.num_candidates = num_candidates
-        self.compact = compact
-
-        self._actions = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
+        self.action_table = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
@@ -274,47 +262,33 @@ class Maze:
         end_len = int(self._frags.lengths[self._frags.id("end")])
         view = 2 * view_radius + 1
         self.num_actions = len(ACTIONS)
-        self.max_action_len = int(self._actions.lengths.max())
+        self.max_action_len = int(self.action_table.lengths.max())
         self.max_prompt_len = view * view * cell_len + (view - 1) * newline_len + end_len
         invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
         self.max_obs_len = invalid_len + self.max_prompt_len
 
-    def default_params(self, split: str = "train") -> MazeParams:
-        """Params selecting the layout class `split` ("ood": either class) for this size."""
-        return MazeParams(split=jnp.asarray(_split_id(split), jnp.int32))
+    def ood_config(self) -> MazeConfig:
+        """Mazes of `ood_size` rooms per side."""
+        return dataclasses.replace(self.config, size=self.config.ood_size)
 
-    def make_split(self, split: str) -> tuple[Maze, MazeParams]:
-        """(env, params) for "train", "test" or "ood" (a new env with `size=ood_size`)."""
-        _split_id(split)
-        ood = {"size": self.ood_size, "tokenizer": self.tokenizer}
-        env = self if split != "ood" else Maze(**{**self._kwargs, **ood})
-        return env, env.default_params(split)
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        return (self.action_table, self._frags)
 
-    def reset(self, key: jax.Array, params: MazeParams) -> tuple[MazeState, TimeStep]:
+    def reset_env(
+        self, key: jax.Array, params: MazeParams
+    ) -> tuple[MazeState, jax.Array, jax.Array]:
         """Carves a maze of the params' class and places the goal and the start.
 
-        Args:
-          key: typed PRNG key.
-          params: `MazeParams`.
-
         Returns:
-          The state and a TimeStep whose obs_tokens int32[P] hold the start window.
+          The state, the start window obs_tokens int32[P] and obs_len int32[].
         """
         state = self._generate(key, params.split)
         obs, obs_len = text.concat_fragments(
             self._frags, self._view_ids(state), self.tokenizer.pad_id, self.max_prompt_len
         )
-        return state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=jnp.zeros((), jnp.float32),
-            done=jnp.zeros((), bool),
-            anchor=self.anchor(state),
-            valid_action=jnp.ones((), bool),
-            success=jnp.zeros((), bool),
-        )
+        return state, obs, obs_len
 
-    def step(
+    def step_env(
         self,
         key: jax.Array,
         state: MazeState,
@@ -326,17 +300,17 @@ class Maze:
 
         Args:
           key: typed PRNG key (unused: the dynamics are deterministic).
-          state: current `MazeState`.
+          state: current `MazeState`, not done.
           action_tokens: int32[A] action tokens, end-of-action excluded.
           action_len: int32[] number of valid action tokens.
           params: `MazeParams` (unused by the dynamics).
 
         Returns:
-          The next state and a TimeStep with obs_tokens int32[O]; absorbing once done.
+          The next state and a TimeStep with obs_tokens int32[O].
         """
         del key, params
-        state = jax.tree.map(jnp.asarray, state)  # host (numpy) states work eagerly too
-        action = text.match_action(self._actions, action_tokens, action_len)
+        c = self.config
+        action = text.match_action(self.action_table, action_tokens, action_len)
         valid = action >= 0
         # The agent stands on an open cell, never on the wall border: nxt stays on the grid.
         nxt = state.pos + jnp.asarray(DELTAS)[jnp.maximum(action, 0)]
@@ -353,15 +327,15 @@ class Maze:
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        reward = jnp.where(valid, jnp.where(at_goal, self.goal_reward, 0.0), -self.invalid_penalty)
-        if self.progress_reward:
+        reward = jnp.where(valid, jnp.where(at_goal, c.goal_reward, 0.0), -c.invalid_penalty)
+        if c.progress_reward:
             # Potential-based shaping on the BFS distance to the goal, c * (d(s) - d(s')),
             # which keeps the optimal policy (Ng et al., 1999); it uses the hidden goal.
             gain = state.dist[state.pos[0], state.pos[1]] - state.dist[pos[0], pos[1]]
-            reward = reward + self.progress_reward * gain
-        if self.explore_reward:
-            reward = reward + self.explore_reward * first_visit
-        timestep = TimeStep(
+            reward = reward + c.progress_reward * gain
+        if c.explore_reward:
+            reward = reward + c.explore_reward * first_visit
+        return new_state, TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
             reward=reward.astype(jnp.float32),
@@ -370,8 +344,6 @@ class Maze:
             valid_action=valid,
             success=at_goal,
         )
-        frozen = base.empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
-        return base.absorbing(state.done, (state, frozen), (new_state, timestep))
 
     def anchor(self, state: MazeState) -> jax.Array:
         """uint32[] hash of (walls, goal, agent position): the environment's full state.
@@ -392,7 +364,7 @@ class Maze:
 
         Off-grid cells show as walls; the goal shows only when inside the window.
         """
-        r = self.view_radius
+        r = self.config.view_radius
         view = 2 * r + 1
         cells = jnp.where(state.walls, WALL, OPEN).at[state.goal[0], state.goal[1]].set(GOAL)
         cells = cells.at[state.pos[0], state.pos[1]].set(AGENT)
@@ -405,8 +377,8 @@ class Maze:
     @property
     def carve_bits(self) -> int:
         """Random uint32 words `carve` consumes per maze."""
-        n = self.size
-        if self.algorithm == "dfs":
+        n = self.config.size
+        if self.config.algorithm == "dfs":
             return 1 + 4 * 2 * n * n  # root, then 4 direction scores per push-or-pop iteration
         return 1 + (n * n - 1) * 2 * n * (n - 1)  # root, then a score per edge per added room
 
@@ -419,7 +391,8 @@ class Maze:
         Returns:
           bool[H, H] walls: every room open, exactly size**2 - 1 passages carved.
         """
-        return self._carve_dfs(bits) if self.algorithm == "dfs" else self._carve_prim(bits)
+        dfs = self.config.algorithm == "dfs"
+        return self._carve_dfs(bits) if dfs else self._carve_prim(bits)
 
     def _carve_dfs(self, bits: jax.Array) -> jax.Array:
         """Randomized depth-first search (recursive backtracker) on a fixed-size stack.
@@ -427,7 +400,7 @@ class Maze:
         Each of 2 * n^2 iterations (n^2 - 1 pushes and at most n^2 - 1 pops before the last
         push) carves from the top room to a random unvisited neighbour, or pops when it has none.
         """
-        n, side = self.size, self.side
+        n, side = self.config.size, self.side
         iterations = 2 * n * n
         deltas = jnp.asarray(DELTAS)
         root = (bits[0] % (n * n)).astype(jnp.int32)
@@ -467,7 +440,7 @@ class Maze:
 
     def _carve_prim(self, bits: jax.Array) -> jax.Array:
         """Randomized Prim: n^2 - 1 times, carve a random edge from the tree to a new room."""
-        n, side = self.size, self.side
+        n, side = self.config.size, self.side
         room_a, room_b, passage = _edges(n)
         num_edges = len(passage)
         root = (bits[0] % (n * n)).astype(jnp.int32)
@@ -494,12 +467,12 @@ class Maze:
         One threefry call per round serves every candidate and the placement of the goal and
         the start (each random sampler in the graph costs compilation time).
         """
-        n, num = self.size, self.num_candidates
+        n, num = self.config.size, self.config.num_candidates
         carve_bits = self.carve_bits
         place_bits = 1 + n * n
 
         def _qualifies(walls):
-            return base.in_split_class(layout_hash(walls), self.test_threshold, split)
+            return self.in_split(layout_hash(walls), split)
 
         def _round(carry):
             round_index, _, best, _ = carry
@@ -523,7 +496,7 @@ class Maze:
         goal = jnp.stack([2 * (goal_room // n) + 1, 2 * (goal_room % n) + 1])
         dist = distance_map(walls, goal)
         room_dist = dist[1::2, 1::2].ravel()
-        eligible = room_dist >= jnp.minimum(self.min_distance, room_dist.max())
+        eligible = room_dist >= jnp.minimum(self.config.min_distance, room_dist.max())
         # Scores >= 1 for eligible rooms (never the goal: min_distance >= 2), 0 otherwise.
         scores = jnp.where(eligible, (bits[1:] >> 1) + jnp.uint32(1), jnp.uint32(0))
         start_room = jnp.argmax(scores).astype(jnp.int32)
@@ -536,10 +509,6 @@ class Maze:
             dist=dist,
             done=jnp.zeros((), bool),
         )
-
-    def action_tokens(self, action: int) -> np.ndarray:
-        """int32[len] tokens of action id `action` (0 up, 1 down, 2 left, 3 right)."""
-        return self._actions.tokens[action, : self._actions.lengths[action]].copy()
 
     def render(self, state: MazeState) -> str:
         """The whole maze as text, one row per line (host side), whatever the agent sees.
@@ -602,7 +571,7 @@ class Maze:
     def seen_cells(self, state: MazeState) -> np.ndarray:
         """bool[H, H] cells inside the window of some visited cell: what the agent has seen."""
         visited = np.asarray(jax.device_get(state.visited))
-        r, side = self.view_radius, self.side
+        r, side = self.config.view_radius, self.side
         padded = np.zeros((side + 2 * r, side + 2 * r), bool)
         for dr in range(-r, r + 1):
             for dc in range(-r, r + 1):
@@ -627,7 +596,7 @@ class Maze:
         known_open = seen & ~walls
         if seen[goal]:
             return _bfs_plan(known_open, pos, lambda cell: cell == goal)
-        r = self.view_radius
+        r = self.config.view_radius
         unseen = np.pad(~seen, r, constant_values=False)
 
         def _frontier(cell):

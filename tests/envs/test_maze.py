@@ -160,7 +160,7 @@ def test_maze__registered_with_builtin_sizes():
     assert env.num_actions == 4 and env.side == 9
     compact = maze.Maze(compact=True)
     assert (compact.max_prompt_len, compact.max_obs_len) == (10, 11)
-    assert (OOD_ENV.size, OOD_ENV.side, OOD_ENV.max_prompt_len) == (6, 13, 12)
+    assert (OOD_ENV.config.size, OOD_ENV.side, OOD_ENV.max_prompt_len) == (6, 13, 12)
     assert maze.Maze(view_radius=2).max_prompt_len == 25 + 4 + 1
 
 
@@ -221,7 +221,7 @@ def test_maze__progress_and_explore_rewards():
 
 
 def test_maze__vmapped_reset_gives_perfect_mazes():
-    n, side = ENV.size, ENV.side
+    n, side = ENV.config.size, ENV.side
     for params in (TRAIN, TEST):
         states, ts = BATCHED.reset(BATCHED.keys(0), params)
         walls = np.asarray(states.walls)
@@ -271,14 +271,14 @@ def test_maze__bfs_oracle_solves_every_generated_task(split):
         states, _ = batched.reset(batched.keys(100 + seed), params)
         start = jax.device_get(states)
         final, turns, success, ret = batched.closed_loop(
-            states, env.oracle_actions, params, max_turns=2 * env.size**2
+            states, env.oracle_actions, params, max_turns=2 * env.config.size**2
         )
         assert success.all() and np.asarray(final.done).all()
         np.testing.assert_allclose(ret, 1.0)
         # Shortest paths: exactly the BFS distance from the start.
         rows = np.arange(B)
         np.testing.assert_array_equal(turns, start.dist[rows, start.pos[:, 0], start.pos[:, 1]])
-        assert (turns >= env.min_distance).all()
+        assert (turns >= env.config.min_distance).all()
 
 
 @pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
@@ -287,7 +287,8 @@ def test_maze__exploration_oracle_solves_every_generated_task(split):
     env, params = ENV.make_split(split)
     batched = BATCHED_OOD if split == "ood" else BATCHED
     states, _ = batched.reset(batched.keys(200), params)
-    bound = 4 * env.size**2  # a depth-first traversal of the tree's 2 n^2 - 2 edges, both ways
+    # A depth-first traversal of the tree's 2 n^2 - 2 edges, both ways.
+    bound = 4 * env.config.size**2
     _, turns, success, ret = batched.closed_loop(states, env.explore_actions, params, bound)
     assert success.all()
     np.testing.assert_allclose(ret, 1.0)
@@ -387,7 +388,7 @@ def test_maze__train_test_and_ood_layouts_are_disjoint_classes():
     assert ood.shape[1] == 13 * 13
     ood_test = hashes(ood) % 1000 < 200
     assert ood_test.any() and not ood_test.all()  # either class
-    serpentine = maze.serpentine_walls(ENV.size).ravel()
+    serpentine = maze.serpentine_walls(ENV.config.size).ravel()
     assert not (train == serpentine).all(axis=1).any()
 
 
