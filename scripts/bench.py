@@ -36,10 +36,10 @@ import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX start
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from benchlib import jobs, peer_lake, peer_single, peers  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from rl4agents import config_utils, envs, sharding  # noqa: E402
-from rl4agents.bench import jobs, peer_lake, peer_single, peers  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 from rl4agents.train import experiment as experiment_lib  # noqa: E402

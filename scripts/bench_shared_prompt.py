@@ -24,9 +24,9 @@ import time  # noqa: E402
 
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
+from benchlib import jobs, peer_lake, peer_single  # noqa: E402
 
 from rl4agents import config_utils, sharding  # noqa: E402
-from rl4agents.bench import jobs, peer_lake, peer_single  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 

@@ -36,10 +36,10 @@ if "update" in sys.argv[1:]:  # one device, as scripts/bench_attention.py
 import _cores  # noqa: E402,F401  (one XLA CPU device per core otherwise; before JAX starts)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from benchlib import jobs, peer_lake, peer_single  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from rl4agents import config_utils, sharding  # noqa: E402
-from rl4agents.bench import jobs, peer_lake, peer_single  # noqa: E402
 from rl4agents.models import policy as policy_lib  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
 

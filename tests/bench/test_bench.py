@@ -16,10 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl4agents.bench import jobs, peer_lake, peer_single
 from rl4agents.rollout import rollout as rollout_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The benchmark's jobs live beside the scripts that run them, as the package `benchlib`; the
+# scripts find it on their own folder, so the test puts that folder on the path too (appended:
+# nothing there shadows an installed module).
+sys.path.append(os.path.join(_REPO, "scripts"))
+from benchlib import jobs, peer_lake, peer_single  # noqa: E402
 
 MAPS = [
     ["SFFF", "HHFF", "FHHF", "HFFG"],

@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 
 from rl4agents import text
-from rl4agents.bench import vocab
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.types import TimeStep
+
+from . import vocab
 
 VOCAB = 512
 PROMPT_LEN = 64

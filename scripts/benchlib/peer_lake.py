@@ -29,10 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4agents import text
-from rl4agents.bench import vocab
 from rl4agents.envs import base
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.types import TimeStep
+
+from . import vocab
 
 VOCAB = 512
 MAX_TURNS = 8
