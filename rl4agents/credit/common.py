@@ -1,4 +1,6 @@
-"""Shared helpers for credit assignment (methods.md section 1.2).
+"""Shared helpers for credit assignment.
+
+The conventions they implement: docs/methods.md, "Conventions shared by all credit estimators".
 
 All functions are pure and jit/vmap-able. Group statistics use `jax.ops.segment_sum` with the
 static `num_segments = B`; group ids are first remapped to dense ids in `[0, B)` so that any
@@ -204,8 +206,9 @@ def token_rewards(traj: Trajectory, placement: str = "turn") -> jax.Array:
 def episode_scores(traj: Trajectory) -> jax.Array:
     """Per-episode score `s_i = outcome_reward_i - sum_t token_penalty_{i,t}`.
 
-    The token penalty (e.g. KL in the reward, methods.md 7.2) is only subtracted when the
-    trajectory carries one; verl's outcome estimators sum the token-level rewards likewise.
+    The token penalty (e.g. KL in the reward: docs/methods.md, "KL in the loss vs in the
+    reward") is only subtracted when the trajectory carries one; verl's outcome estimators sum
+    the token-level rewards likewise.
 
     Returns:
       f32[B] scores.

@@ -1,4 +1,4 @@
-"""OPO: the length-weighted group baseline (methods.md section 2.6).
+"""OPO: the length-weighted group baseline (docs/methods.md, `opo`).
 
 The worked example of `docs/extending.md`: one function, one `@register` line; the config
 section `config.credit.opo` comes from the keyword-only defaults.

@@ -112,13 +112,12 @@ def grpo(
     the score, so A = 0). All-equal groups give `0 / (0 + eps) = 0`.
     `stats_over`: "trajectories" (one sample per episode, the paper) or "steps" (each episode
     counted once per turn, verl-agent's default for step rows). The default is "trajectories"
-    although methods.md's config sketch lists verl-agent's "steps": here a row is a whole
-    episode, and one sample per episode is what verl's `compute_grpo_outcome_advantage` and
-    the GRPO paper compute on such rows; "steps" reproduces verl-agent's statistics, where
-    longer episodes weigh more in their group's mean and std. An episode without an action
-    token is no member of its group (nor of the batch under "batch"): it has nothing to train
-    on, so its score must not move its siblings' baseline or scale
-    (`common.trainable_episodes`); its advantage is 0.
+    rather than verl-agent's "steps": here a row is a whole episode, and one sample per
+    episode is what verl's `compute_grpo_outcome_advantage` and the GRPO paper compute on such
+    rows; "steps" reproduces verl-agent's statistics, where longer episodes weigh more in
+    their group's mean and std. An episode without an action token is no member of its group
+    (nor of the batch under "batch"): it has nothing to train on, so its score must not move
+    its siblings' baseline or scale (`common.trainable_episodes`); its advantage is 0.
 
     Args:
       traj: Trajectory; uses `outcome_reward f32[B]` (minus `token_penalty` if present),

@@ -1,10 +1,10 @@
 """Step-level (per-turn) credit: GiGPO, MT-GRPO, discounted turn returns, EMPG.
 
-A "step" is a valid turn `(b, k)` of the slot layout (methods.md layout B has one row per
-step; here a step's action tokens are `action_mask & (turn_ids == k)`). Every estimator
-computes one advantage per step, `f32[B, K]`, and broadcasts it to the step's action tokens
-with `common.turns_to_tokens`. Groupings over steps flatten `[B, K]` to `N = B * K` rows and
-use `common.dense_pair_ids`; invalid turns get weight 0 in every statistic.
+A "step" is a valid turn `(b, k)` of the slot layout: its action tokens are
+`action_mask & (turn_ids == k)` (docs/methods.md, "The slot layout and step rows"). Every
+estimator computes one advantage per step, `f32[B, K]`, and broadcasts it to the step's action
+tokens with `common.turns_to_tokens`. Groupings over steps flatten `[B, K]` to `N = B * K` rows
+and use `common.dense_pair_ids`; invalid turns get weight 0 in every statistic.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def turn_return(
     """Discounted per-turn process-reward returns with a choice of normalisation.
 
     `G_{b,k} = sum_{j >= k} gamma^(j-k) r_{b,j}` over valid turns, `r` the turn rewards minus
-    each turn's summed `token_penalty` (methods.md 5.1; GTPO,
+    each turn's summed `token_penalty` (docs/methods.md, `turn_return`; GTPO,
     https://arxiv.org/abs/2511.14846, is an instance), normalised as:
     "none" (G itself), "batch" (z-score over all valid turns of the batch), "group" (over the
     episodes of the same task at the same turn index k) or "anchor" (over the steps of the
@@ -274,9 +274,9 @@ def empg(
     """EMPG: entropy-modulated GRPO advantages with a future-clarity bonus.
 
     Entropy-Modulated Policy Gradients, https://arxiv.org/abs/2509.09265, as re-implemented in
-    WillDreamer/ARLArena (third-party; methods.md 5.5 cites the paper's equations through it).
-    With the GRPO advantage `A_b` (group scale, unbiased std, `eps`), the step entropy
-    `H_{b,k}` = mean sampling entropy over turn k's action tokens (`traj.entropy_behavior`):
+    the third-party WillDreamer/ARLArena (docs/methods.md, `empg`). With the GRPO advantage
+    `A_b` (group scale, unbiased std, `eps`), the step entropy `H_{b,k}` = mean sampling
+    entropy over turn k's action tokens (`traj.entropy_behavior`):
     `Hn = (H - min H) / (max H - min H + 1e-8)` over the batch's valid steps,
     `g = exp(-k Hn) / mean exp(-k Hn)`, `f = exp(-k_future Hn)`,
     `A_mod_{b,k} = g_{b,k} A_b + zeta f_{b,k+1}` (bonus only if turn k+1 happened), and

@@ -1,4 +1,4 @@
-"""Critic-based token-level estimators (methods.md section 3)."""
+"""Critic-based token-level estimators (docs/methods.md, "Critic-based estimators")."""
 
 from __future__ import annotations
 
@@ -135,8 +135,9 @@ def ppo_gae(
     """PPO token-level GAE over action tokens, skipping observation/padding slots.
 
     Multi-turn trajectories form one token MDP over action tokens only: the first action token
-    of turn k+1 bootstraps the last action token of turn k (methods.md 3.1). `returns = A + V`
-    before whitening; with `whiten`, `A = masked_whiten(A, action_mask)` over the whole batch.
+    of turn k+1 bootstraps the last action token of turn k (docs/methods.md, `ppo_gae`).
+    `returns = A + V` before whitening; with `whiten`, `A = masked_whiten(A, action_mask)` over
+    the whole batch.
     PPO https://arxiv.org/abs/1707.06347, GAE https://arxiv.org/abs/1506.02438.
 
     `bootstrap_truncated`: a row the turn or context limit cut (`truncated`, not `done`) is

@@ -1,4 +1,7 @@
-"""Policy and value losses, and truncated importance-sampling weights (methods.md 3.2, 6).
+"""Policy and value losses, and truncated importance-sampling weights.
+
+Formulas, defaults and the tests that pin them: docs/methods.md, "Policy losses", "Value loss"
+and "TIS (truncated importance sampling)".
 
 Every registered policy loss has the signature
 
@@ -91,7 +94,9 @@ def ppo_clip(
     agg_scale: float | None = None,
     log_ratio_clamp: float = 20.0,
 ) -> tuple[jax.Array, Metrics]:
-    """PPO clipped surrogate with dual clip (verl `compute_policy_loss_vanilla`; methods.md 6.1-3).
+    """PPO clipped surrogate with dual clip (verl `compute_policy_loss_vanilla`).
+
+    See docs/methods.md, `ppo_clip`.
 
     `rho = exp(clip(logp - logp_old, -c_r, c_r))`, `l1 = -A rho`,
     `l2 = -A clip(rho, 1 - clip_low, 1 + clip_high)`, `l_clip = max(l1, l2)`; for `A < 0`
@@ -190,10 +195,10 @@ def gspo(
     agg_scale: float | None = None,
     log_ratio_max: float = 10.0,
 ) -> tuple[jax.Array, Metrics]:
-    """GSPO-token: clipped surrogate on a length-normalised sequence ratio (methods.md 6.4).
+    """GSPO-token: clipped surrogate on a length-normalised sequence ratio.
 
-    verl `compute_policy_loss_gspo`; GSPO https://arxiv.org/abs/2507.18071. For each sequence
-    `S` (a set of masked tokens),
+    See docs/methods.md, `gspo`. verl `compute_policy_loss_gspo`; GSPO
+    https://arxiv.org/abs/2507.18071. For each sequence `S` (a set of masked tokens),
       `log s_S = sum_{t in S} (logp_t - logp_old_t) / max(|S|, 1)`,
       `log s_t = min(sg(log s_S) + logp_t - sg(logp_t), log_ratio_max)` for `t in S`,
       `l_t = max(-A_t s_t, -A_t clip(s_t, 1 - clip_low, 1 + clip_high))`,
@@ -264,7 +269,7 @@ def cispo(
     agg_scale: float | None = None,
     log_ratio_clamp: float = 20.0,
 ) -> tuple[jax.Array, Metrics]:
-    """CISPO: REINFORCE weighted by a clipped, stop-gradient IS ratio (methods.md 6.5).
+    """CISPO: REINFORCE weighted by a clipped, stop-gradient IS ratio (docs/methods.md, `cispo`).
 
     MiniMax-M1 https://arxiv.org/abs/2506.13585. With
     `rho = exp(clip(logp - logp_old, -c_r, c_r))`,
@@ -331,7 +336,9 @@ def reinforce(
     agg: str = "seq-mean-token-sum",
     agg_scale: float | None = None,
 ) -> tuple[jax.Array, Metrics]:
-    """Plain REINFORCE loss `l = -A logp` (verl `compute_policy_loss_reinforce`; methods.md 6.9).
+    """Plain REINFORCE loss `l = -A logp` (verl `compute_policy_loss_reinforce`).
+
+    See docs/methods.md, `reinforce`.
 
     The per-token loss `w l` (with `w` e.g. truncated IS weights for a sampler/learner
     mismatch) is aggregated with `agg`, default "seq-mean-token-sum" (verl). No ratio, no

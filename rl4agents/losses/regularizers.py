@@ -1,4 +1,8 @@
-"""KL penalties, entropy and the ECHO environment cross-entropy (methods.md 7.1-7.3, 8)."""
+"""KL penalties, entropy and the ECHO environment cross-entropy.
+
+docs/methods.md, "Regularisers and shaping": "KL estimators", "KL in the loss vs in the reward",
+"Entropy bonus" and "ECHO".
+"""
 
 from __future__ import annotations
 
@@ -133,7 +137,7 @@ def entropy_from_logits(logits: jax.Array, temperature: float = 1.0) -> jax.Arra
 
 
 def token_entropy(logits: jax.Array, mask: jax.Array, temperature: float = 1.0) -> jax.Array:
-    """Per-token entropy on masked tokens (the input of the entropy bonus, methods.md 7.3).
+    """Per-token entropy on masked tokens (docs/methods.md, "Entropy bonus").
 
     The loss term is `-entropy_coeff * aggregate(token_entropy(logits, m), m, agg)`.
 
@@ -151,7 +155,9 @@ def token_entropy(logits: jax.Array, mask: jax.Array, temperature: float = 1.0) 
 
 
 def echo_loss(logp: jax.Array, target_mask: jax.Array) -> jax.Array:
-    """ECHO world-model loss: cross-entropy on environment-observation tokens (methods.md 8).
+    """ECHO world-model loss: cross-entropy on environment-observation tokens.
+
+    See docs/methods.md, "ECHO".
 
     `L_env = -sum_{b,t} o logp / max(sum_{b,t} o, 1)` with `o = target_mask`: the mean negative
     log-likelihood of the observation tokens, normalised over all target tokens of the batch

@@ -1,4 +1,4 @@
-"""Reward shaping applied before credit assignment (methods.md 6.8)."""
+"""Reward shaping applied before credit assignment (docs/methods.md, "DAPO overlong shaping")."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import jax.numpy as jnp
 
 
 def overlong_penalty(length: jax.Array, max_len: int, buffer: int, factor: float) -> jax.Array:
-    """DAPO soft overlong punishment (verl `DAPORewardManager`; methods.md 6.8).
+    """DAPO soft overlong punishment (verl `DAPORewardManager`).
+
+    See docs/methods.md, "DAPO overlong shaping".
 
     With `L_exp = max_len - buffer`,
       `r_overlong(L) = min(-(L - L_exp) / buffer * factor, 0)`:

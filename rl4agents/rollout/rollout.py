@@ -116,10 +116,11 @@ def window_row_length(env, cfg: RolloutConfig) -> int:
 
 
 class StepRows(NamedTuple):
-    """Step rows of a context="window" rollout: what the policy saw at each turn (layout B).
+    """Step rows of a context="window" rollout: what the policy saw at each turn.
 
-    Row (b, k) is the prompt, the last `window_turns` turn blocks before turn k (action and
-    observation slots, oldest first) and turn k's A action slots; L = `window_row_length`.
+    docs/methods.md, "The slot layout and step rows". Row (b, k) is the prompt, the last
+    `window_turns` turn blocks before turn k (action and observation slots, oldest first) and
+    turn k's A action slots; L = `window_row_length`.
     """
 
     tokens: jax.Array  # int32[B, K, L]
@@ -246,12 +247,12 @@ def rollout_rows(
 
     context="full": one KV cache holds the whole history; each turn samples after it and the
     observation is prefilled into it. The G samples of a task share its reset, so the prompt is
-    prefilled once per task and the cache copied to its G rows. context="window" (methods.md
-    1.1 B): each turn's context is rebuilt from the prompt, the last `window_turns` turn blocks
-    and nothing else, and prefilled into a fresh cache of L slots (`window_row_length`); the
-    turn's actions are sampled after it. `max_episode_tokens` caps the action tokens of an
-    episode in both modes: a turn stops sampling at the budget and an episode with no budget
-    left ends, truncated.
+    prefilled once per task and the cache copied to its G rows. context="window" (step rows:
+    docs/methods.md, "The slot layout and step rows"): each turn's context is rebuilt from the
+    prompt, the last `window_turns` turn blocks and nothing else, and prefilled into a fresh
+    cache of L slots (`window_row_length`); the turn's actions are sampled after it.
+    `max_episode_tokens` caps the action tokens of an episode in both modes: a turn stops
+    sampling at the budget and an episode with no budget left ends, truncated.
 
     Returns:
       (Trajectory, StepRows) under context="window"; (Trajectory, None) under "full".
