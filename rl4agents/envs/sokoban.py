@@ -36,6 +36,7 @@ boxes: `size=ood_size` (default 7) and `num_boxes=ood_num_boxes` (default 2), ei
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import flax.struct
 import jax
@@ -46,7 +47,7 @@ from rl4agents import text
 from rl4agents.envs import base, registry
 from rl4agents.types import TimeStep
 
-SPLITS = ("train", "test", "ood")
+SPLITS = base.SPLITS
 ACTIONS = ("up", "down", "left", "right")
 DELTAS = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)  # (row, col) per action id
 _MAX_ROUNDS = 16
@@ -69,11 +70,59 @@ _CARVE_MASKS = np.array(
 _CELL_NAMES = ("wall", "floor", "target", "box", "box_on_target", "player", "player_on_target")
 
 
-@flax.struct.dataclass
-class SokobanParams:
-    """Per-run parameters: which room class `reset` draws."""
+SokobanParams = base.SplitParams
 
-    split: jax.Array  # int32[] 0 train class, 1 test class, 2 either class (ood)
+
+@dataclasses.dataclass(frozen=True)
+class SokobanConfig:
+    """Static settings (the constructor's arguments; see `Sokoban`), checked when built."""
+
+    size: int = 6
+    num_boxes: int = 1
+    reverse_steps: int | None = None
+    carve_steps: int | None = None
+    min_box_distance: int | None = None
+    step_penalty: float = 0.1
+    box_reward: float = 1.0
+    finish_reward: float = 10.0
+    invalid_penalty: float = 0.1
+    test_fraction: float = 0.2
+    ood_size: int = 7
+    ood_num_boxes: int = 2
+    num_candidates: int = 64
+    compact: bool = False
+
+    def __post_init__(self):
+        size, num_boxes = self.size, self.num_boxes
+        if size < 5:
+            raise ValueError(f"size must be >= 5 (a 3x3 interior at least), got {size}")
+        if not 1 <= num_boxes <= size - 2:
+            raise ValueError(f"num_boxes must be in [1, {size - 2}], got {num_boxes}")
+        base.check_test_fraction(self.test_fraction)
+        if self.reverse_steps is not None and self.reverse_steps < 1:
+            raise ValueError(
+                f"reverse_steps must be >= 1 (None = the default), got {self.reverse_steps}"
+            )
+        if self.carve_steps is not None and self.carve_steps < 1:
+            raise ValueError(
+                f"carve_steps must be >= 1 (None = the default), got {self.carve_steps}"
+            )
+        if self.min_box_distance is not None and self.min_box_distance < 1:
+            raise ValueError(
+                f"min_box_distance must be >= 1 (0 allows solved rooms; None = 2 * num_boxes), "
+                f"got {self.min_box_distance}"
+            )
+        base.check_nonnegative("step_penalty", self.step_penalty, " (it is subtracted)")
+        base.check_nonnegative("box_reward", self.box_reward)
+        base.check_nonnegative("finish_reward", self.finish_reward)
+        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+        ood_size, ood_num_boxes = self.ood_size, self.ood_num_boxes
+        if ood_size < 5:
+            raise ValueError(f"ood_size must be >= 5 (a 3x3 interior at least), got {ood_size}")
+        if not 1 <= ood_num_boxes <= ood_size - 2:
+            raise ValueError(f"ood_num_boxes must be in [1, {ood_size - 2}], got {ood_num_boxes}")
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
 
 
 @flax.struct.dataclass
@@ -91,12 +140,6 @@ def _interior(n: int) -> np.ndarray:
     inside = np.zeros((n, n), bool)
     inside[1:-1, 1:-1] = True
     return inside
-
-
-def _split_id(split: str) -> int:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
-    return SPLITS.index(split)
 
 
 def _static_cells(state: SokobanState) -> jax.Array:
@@ -136,20 +179,20 @@ def puzzle_hash(state: SokobanState) -> jax.Array:
 
 
 @registry.register("sokoban")
-class Sokoban:
+class Sokoban(base.TextEnv):
     """Sokoban text environment (see the module docstring).
 
     Attributes:
+      config: `SokobanConfig`, the settings below.
       tokenizer: tokenizer the fragments were encoded with.
-      size: N, side of the room including its wall border.
-      num_boxes: boxes (= targets) per room.
+      carve_steps, reverse_steps, min_box_distance: those settings with None resolved.
       max_prompt_len: P, length of the room observation returned by `reset`.
       max_obs_len: O, length of the observation returned by `step` (message + room).
       max_action_len: longest action word in tokens.
       num_actions: 4 (up, down, left, right).
 
     Args (a value out of its range raises ValueError at construction):
-      size: side of the room including its wall border, >= 5.
+      size: N, side of the room including its wall border, >= 5.
       num_boxes: boxes (= targets) per room, in [1, size - 2].
       reverse_steps: reverse-play moves, >= 1 (None = twice the default carve steps).
       carve_steps: topology carving steps, >= 1 (None = int(1.7 * 2 * size), gym-sokoban's).
@@ -187,68 +230,15 @@ class Sokoban:
         compact: bool = False,
         tokenizer: text.Tokenizer | None = None,
     ):
-        if size < 5:
-            raise ValueError(f"size must be >= 5 (a 3x3 interior at least), got {size}")
-        if not 1 <= num_boxes <= size - 2:
-            raise ValueError(f"num_boxes must be in [1, {size - 2}], got {num_boxes}")
-        base.check_test_fraction(test_fraction)
-        if reverse_steps is not None and reverse_steps < 1:
-            raise ValueError(
-                f"reverse_steps must be >= 1 (None = the default), got {reverse_steps}"
-            )
-        if carve_steps is not None and carve_steps < 1:
-            raise ValueError(f"carve_steps must be >= 1 (None = the default), got {carve_steps}")
-        if min_box_distance is not None and min_box_distance < 1:
-            raise ValueError(
-                f"min_box_distance must be >= 1 (0 allows solved rooms; None = 2 * num_boxes), "
-                f"got {min_box_distance}"
-            )
-        base.check_nonnegative("step_penalty", step_penalty, " (it is subtracted)")
-        base.check_nonnegative("box_reward", box_reward)
-        base.check_nonnegative("finish_reward", finish_reward)
-        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
-        if ood_size < 5:
-            raise ValueError(f"ood_size must be >= 5 (a 3x3 interior at least), got {ood_size}")
-        if not 1 <= ood_num_boxes <= ood_size - 2:
-            raise ValueError(f"ood_num_boxes must be in [1, {ood_size - 2}], got {ood_num_boxes}")
-        if num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        self._kwargs = dict(
-            size=size,
-            num_boxes=num_boxes,
-            reverse_steps=reverse_steps,
-            carve_steps=carve_steps,
-            min_box_distance=min_box_distance,
-            step_penalty=step_penalty,
-            box_reward=box_reward,
-            finish_reward=finish_reward,
-            invalid_penalty=invalid_penalty,
-            test_fraction=test_fraction,
-            ood_size=ood_size,
-            ood_num_boxes=ood_num_boxes,
-            num_candidates=num_candidates,
-            compact=compact,
-            tokenizer=tokenizer,
-        )
-        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
-        self.size = size
-        self.num_boxes = num_boxes
+        super().__init__(base.settings(SokobanConfig, locals()), tokenizer)
         # gym-sokoban carves for num_gen_steps = 1.7 * (width + height) steps; reverse play is a
         # random walk here (not an exhaustive search), so it gets twice as many moves.
         gym_steps = int(1.7 * 2 * size)
         self.carve_steps = gym_steps if carve_steps is None else carve_steps
         self.reverse_steps = 2 * gym_steps if reverse_steps is None else reverse_steps
         self.min_box_distance = 2 * num_boxes if min_box_distance is None else min_box_distance
-        self.step_penalty = step_penalty
-        self.box_reward = box_reward
-        self.finish_reward = finish_reward
-        self.invalid_penalty = invalid_penalty
-        self.test_threshold = int(round(test_fraction * 1000))
-        self.ood_size = ood_size
-        self.ood_num_boxes = ood_num_boxes
-        self.num_candidates = num_candidates
 
-        self._actions = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
+        self.action_table = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
@@ -261,55 +251,39 @@ class Sokoban:
                 "invalid": "invalid" if compact else "invalid action\n",
             },
         )
-        self.compact = compact
         cell_len = int(self._frags.lengths[: len(_CHARS)].max())
         newline_len = int(self._frags.lengths[self._frags.id("newline")])
         self.num_actions = len(ACTIONS)
-        self.max_action_len = int(self._actions.lengths.max())
+        self.max_action_len = int(self.action_table.lengths.max())
         rows = size - 2 if compact else size
         end_len = int(self._frags.lengths[self._frags.id("end")])
         self.max_prompt_len = rows * rows * cell_len + (rows - 1) * newline_len + end_len
         invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
         self.max_obs_len = invalid_len + self.max_prompt_len
 
-    def default_params(self, split: str = "train") -> SokobanParams:
-        """Params selecting the room class `split` ("ood": either class) for this env."""
-        return SokobanParams(split=jnp.asarray(_split_id(split), jnp.int32))
+    def ood_config(self) -> SokobanConfig:
+        """Rooms of side `ood_size` with `ood_num_boxes` boxes."""
+        c = self.config
+        return dataclasses.replace(c, size=c.ood_size, num_boxes=c.ood_num_boxes)
 
-    def make_split(self, split: str) -> tuple[Sokoban, SokobanParams]:
-        """(env, params) for "train", "test" or "ood" (a new env: ood_size, ood_num_boxes)."""
-        _split_id(split)
-        env = self
-        if split == "ood":
-            ood = {"size": self.ood_size, "num_boxes": self.ood_num_boxes}
-            env = Sokoban(**{**self._kwargs, **ood, "tokenizer": self.tokenizer})
-        return env, env.default_params(split)
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        return (self.action_table, self._frags)
 
-    def reset(self, key: jax.Array, params: SokobanParams) -> tuple[SokobanState, TimeStep]:
+    def reset_env(
+        self, key: jax.Array, params: SokobanParams
+    ) -> tuple[SokobanState, jax.Array, jax.Array]:
         """Generates a room of the params' class by reverse play.
 
-        Args:
-          key: typed PRNG key.
-          params: `SokobanParams`.
-
         Returns:
-          The state and a TimeStep whose obs_tokens int32[P] hold the room.
+          The state, the room obs_tokens int32[P] and obs_len int32[].
         """
         state = self._generate(key, params.split)
         obs, obs_len = text.concat_fragments(
             self._frags, self._grid_ids(state), self.tokenizer.pad_id, self.max_prompt_len
         )
-        return state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=jnp.zeros((), jnp.float32),
-            done=jnp.zeros((), bool),
-            anchor=room_hash(state),
-            valid_action=jnp.ones((), bool),
-            success=jnp.zeros((), bool),
-        )
+        return state, obs, obs_len
 
-    def step(
+    def step_env(
         self,
         key: jax.Array,
         state: SokobanState,
@@ -321,34 +295,34 @@ class Sokoban:
 
         Args:
           key: typed PRNG key (unused: the dynamics are deterministic).
-          state: current `SokobanState`.
+          state: current `SokobanState`, not done.
           action_tokens: int32[A] action tokens, end-of-action excluded.
           action_len: int32[] number of valid action tokens.
           params: `SokobanParams` (unused by the dynamics).
 
         Returns:
-          The next state and a TimeStep with obs_tokens int32[O]; absorbing once done.
+          The next state and a TimeStep with obs_tokens int32[O].
         """
         del key, params
-        state = jax.tree.map(jnp.asarray, state)  # host (numpy) states work eagerly too
-        action = text.match_action(self._actions, action_tokens, action_len)
+        c = self.config
+        action = text.match_action(self.action_table, action_tokens, action_len)
         valid = action >= 0
         new_state = _move(state, jnp.asarray(DELTAS)[jnp.maximum(action, 0)], valid)
         on_before = (state.boxes & state.targets).sum()
         on_after = (new_state.boxes & new_state.targets).sum()
         solved = new_state.done
         reward = (
-            -self.step_penalty
-            + self.box_reward * (on_after - on_before)
-            + jnp.where(solved, self.finish_reward, 0.0)
-            - jnp.where(valid, 0.0, self.invalid_penalty)
+            -c.step_penalty
+            + c.box_reward * (on_after - on_before)
+            + jnp.where(solved, c.finish_reward, 0.0)
+            - jnp.where(valid, 0.0, c.invalid_penalty)
         )
         prefix = jnp.where(valid, -1, self._frags.id("invalid"))[None]
         ids = jnp.concatenate([prefix, self._grid_ids(new_state)])
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        timestep = TimeStep(
+        return new_state, TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
             reward=reward.astype(jnp.float32),
@@ -357,8 +331,6 @@ class Sokoban:
             valid_action=valid,
             success=solved,
         )
-        frozen = base.empty_timestep(self.max_obs_len, room_hash(state), self.tokenizer.pad_id)
-        return base.absorbing(state.done, (state, frozen), (new_state, timestep))
 
     def anchor(self, state: SokobanState) -> jax.Array:
         """uint32[] hash of the room (walls, targets, boxes, player)."""
@@ -367,7 +339,7 @@ class Sokoban:
     def _grid_ids(self, state: SokobanState) -> jax.Array:
         """int32[N * (N + 1)] fragment ids of the room, one newline after each row."""
         cells = cell_codes(state)
-        if self.compact:
+        if self.config.compact:
             cells = cells[1:-1, 1:-1]
         newline = jnp.full((cells.shape[0], 1), self._frags.id("newline"), jnp.int32)
         ids = jnp.concatenate([cells, newline], axis=1).ravel()
@@ -375,7 +347,8 @@ class Sokoban:
 
     @property
     def _bits_per_candidate(self) -> int:
-        return 2 + 3 * self.carve_steps + self.size * self.size + self.reverse_steps
+        n = self.config.size
+        return 2 + 3 * self.carve_steps + n * n + self.reverse_steps
 
     def _candidate(self, bits: jax.Array) -> SokobanState:
         """One room by topology carving, placement and reverse play (may be unusable).
@@ -387,7 +360,7 @@ class Sokoban:
         Returns:
           The candidate room.
         """
-        n, num_boxes = self.size, self.num_boxes
+        n, num_boxes = self.config.size, self.config.num_boxes
         deltas = jnp.asarray(DELTAS)
         c, r = self.carve_steps, self.reverse_steps
         start = 1 + (bits[:2] % (n - 2)).astype(jnp.int32)
@@ -448,9 +421,9 @@ class Sokoban:
         """First usable candidate of the split's class over while_loop rounds."""
 
         def _qualifies(room):
-            enough_floor = (~room.walls).sum() >= self.num_boxes + 2
+            enough_floor = (~room.walls).sum() >= self.config.num_boxes + 2
             far_enough = box_distance(room) >= self.min_box_distance
-            in_class = base.in_split_class(puzzle_hash(room), self.test_threshold, split)
+            in_class = self.in_split(puzzle_hash(room), split)
             return enough_floor & far_enough & in_class
 
         def _candidates(bits):
@@ -461,14 +434,14 @@ class Sokoban:
             key,
             _candidates,
             self._fallback_room(),
-            num_candidates=self.num_candidates,
+            num_candidates=self.config.num_candidates,
             bits_per_candidate=self._bits_per_candidate,
             max_rounds=_MAX_ROUNDS,
         )
 
     def _fallback_room(self) -> SokobanState:
         """Open room: targets on row 1, boxes below them on row 2, player at (3, 1)."""
-        n, k = self.size, self.num_boxes
+        n, k = self.config.size, self.config.num_boxes
         walls = np.ones((n, n), bool)
         walls[1:-1, 1:-1] = False
         targets = np.zeros((n, n), bool)
@@ -483,10 +456,6 @@ class Sokoban:
             done=jnp.zeros((), bool),
         )
 
-    def action_tokens(self, action: int) -> np.ndarray:
-        """int32[len] tokens of action id `action` (0 up, 1 down, 2 left, 3 right)."""
-        return self._actions.tokens[action, : self._actions.lengths[action]].copy()
-
     def render(self, state: SokobanState) -> str:
         """The room as text, one row per line (host side)."""
         codes = np.asarray(jax.device_get(cell_codes(state)))
@@ -495,9 +464,9 @@ class Sokoban:
     def state_from_text(self, room: str) -> SokobanState:
         """Builds a state from rows of "#_.$*@+" (one player); the inverse of `render`."""
         rows = room.strip().split("\n")
-        n = len(rows)
-        if n != self.size or any(len(r) != n for r in rows):
-            raise ValueError(f"expected a {self.size}x{self.size} room, got {rows}")
+        n, size = len(rows), self.config.size
+        if n != size or any(len(r) != n for r in rows):
+            raise ValueError(f"expected a {size}x{size} room, got {rows}")
         grid = np.array([[_CHARS.index(ch) for ch in r] for r in rows])
         border = np.ones((n, n), bool)
         border[1:-1, 1:-1] = False

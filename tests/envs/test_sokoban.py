@@ -40,7 +40,7 @@ class Batched:
 
     def __init__(self, env):
         self.env = env
-        self.length = 2 * env.size * env.size
+        self.length = 2 * env.config.size * env.config.size
         self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
 
         def play(key, state, tokens, lengths, params):
@@ -92,7 +92,7 @@ def test_sokoban__registered_with_builtin_sizes():
     assert isinstance(env, sokoban.Sokoban)
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (42, 45, 1)
     assert env.num_actions == 4 and (env.carve_steps, env.reverse_steps) == (20, 40)
-    assert (OOD_ENV.size, OOD_ENV.num_boxes, OOD_ENV.max_prompt_len) == (7, 2, 56)
+    assert (OOD_ENV.config.size, OOD_ENV.config.num_boxes, OOD_ENV.max_prompt_len) == (7, 2, 56)
 
 
 def test_sokoban__push_onto_and_off_target_rewards():
@@ -196,7 +196,7 @@ def test_sokoban__oracle_solves_every_generated_room(split):
         assert np.asarray(final.done).all()
         assert np.asarray(ts.success).any(axis=1).all()
         on_target = np.asarray(states.boxes & states.targets).sum(axis=(1, 2))
-        expected = -0.1 * lengths + (env.num_boxes - on_target) + 10.0
+        expected = -0.1 * lengths + (env.config.num_boxes - on_target) + 10.0
         np.testing.assert_allclose(np.asarray(ts.reward).sum(axis=1), expected, atol=1e-4)
         # The plan solves the room exactly at its last move.
         solved_at = np.asarray(ts.success).argmax(axis=1)
