@@ -43,6 +43,10 @@ import orbax.checkpoint as ocp
 
 _MISSING = object()
 CONFIG_NAME = "config.json"
+# A top-level key of a stored config: {dotted compat key: [accepted values]}. A run is
+# compatible on such a key when its value is one of the list (a multi-task checkpoint
+# accepts each environment it was trained on), instead of equal to the stored value.
+COMPAT_CHOICES = "compat_choices"
 CHECKSUMS_NAME = "checksums.sha256"  # inside each step folder
 _MAX_LINES = 12  # per list in an error message
 _ORBAX_DIR = os.path.dirname(ocp.__file__)
@@ -75,6 +79,26 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in tree.items():
         out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+def with_compat_choices(config_json: str, choices: Mapping[str, list]) -> str:
+    """`config_json` with `COMPAT_CHOICES` set: for each dotted key, the values a later run
+    may have on it (`Checkpointer.check_compatible` accepts any of them).
+
+    Args:
+      config_json: a resolved config as a JSON object string.
+      choices: {dotted key: non-empty list of JSON values}, e.g. {"env.name": ["maze",
+        "wordle"]}.
+
+    Returns:
+      The config as a JSON string (sorted keys, indented) with the choices added.
+    """
+    config = json.loads(config_json)
+    for key, values in choices.items():
+        if not isinstance(values, (list, tuple)) or not values:
+            raise ValueError(f"compat choices for {key!r}: {values!r}; allowed: a non-empty list")
+    config[COMPAT_CHOICES] = {key: list(values) for key, values in choices.items()}
+    return json.dumps(config, sort_keys=True, indent=2)
 
 
 def saved_steps(directory: str | os.PathLike) -> list[int]:
@@ -272,7 +296,9 @@ class Checkpointer:
       compat_keys: dotted config fields ("model.d_model", "env.name") that must match the
         config stored in `directory` by a run that saved a step; a mismatch raises
         `ValueError` before anything is written. A stored config without any saved step (a
-        run that failed before its first save) binds nothing and is replaced.
+        run that failed before its first save) binds nothing and is replaced. A key listed
+        in the stored config's `COMPAT_CHOICES` (`with_compat_choices`) matches any of its
+        values instead.
       compat_defaults: for compat keys added after a run was saved, the value its stored
         config is taken to have (the one that keeps the behaviour it ran with), so that the
         run still resumes and evaluates: {"loss.kl_ctrl": "fixed"}.
@@ -319,10 +345,17 @@ class Checkpointer:
         if stored is None:
             return
         new = json.loads(config_json)
+        choices = stored.get(COMPAT_CHOICES)
+        choices = choices if isinstance(choices, dict) else {}
         diffs = []
         for key in self.compat_keys:
             old_value, new_value = _lookup(stored, key), _lookup(new, key)
-            if old_value != new_value:
+            if isinstance(choices.get(key), list):
+                if new_value not in choices[key]:
+                    diffs.append(
+                        f"  {key}: stored one of {_show(choices[key])}, new {_show(new_value)}"
+                    )
+            elif old_value != new_value:
                 diffs.append(f"  {key}: stored {_show(old_value)}, new {_show(new_value)}")
         if diffs:
             raise ValueError(

@@ -160,6 +160,23 @@ def test_checkpointer__missing_compat_key_is_a_mismatch(tmp_path):
         _checkpointer(tmp_path, config_json=json.dumps(config))
 
 
+def test_checkpointer__compat_choices_accept_each_listed_value_only(tmp_path):
+    """A multi-task checkpoint: env.name accepts every listed environment, nothing else, and
+    the other compat keys are still checked."""
+    stored = checkpoint_lib.with_compat_choices(_config(), {"env.name": ["gsm", "maze"]})
+    _saved(tmp_path, config_json=stored)
+    for name in ("gsm", "maze"):
+        _checkpointer(tmp_path, config_json=_config(env__name=name)).close()
+    with pytest.raises(
+        ValueError, match='env.name: stored one of \\["gsm", "maze"\\], new "wordle"'
+    ):
+        _checkpointer(tmp_path, config_json=_config(env__name="wordle"))
+    with pytest.raises(ValueError, match="model.d_model: stored 64, new 128"):
+        _checkpointer(tmp_path, config_json=_config(env__name="maze", model__d_model=128))
+    with pytest.raises(ValueError, match="allowed: a non-empty list"):
+        checkpoint_lib.with_compat_choices(_config(), {"env.name": []})
+
+
 def test_checkpointer__compat_key_newer_than_the_run_takes_its_default(tmp_path):
     """A run saved before a compat key existed (here loss.ctrl) resumes under the key's
     default value, and is refused, naming the default, under any other."""
