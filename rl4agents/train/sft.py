@@ -61,7 +61,13 @@ class Demos:
 
 
 def collect_demos(
-    env, env_params: Any, task_keys: jax.Array, lay: rollout_lib.Layout, key: jax.Array
+    env,
+    env_params: Any,
+    task_keys: jax.Array,
+    lay: rollout_lib.Layout,
+    key: jax.Array,
+    eps: np.ndarray | None = None,
+    action_key: jax.Array | None = None,
 ) -> Demos:
     """Run the environment's oracle closed-loop on each task and record the episodes.
 
@@ -70,25 +76,44 @@ def collect_demos(
     lake) therefore get a re-planned answer every turn. An episode ends when the environment
     says done, when the oracle has no plan, or after `lay.turns` turns.
 
+    With `eps`, the demonstrations are imperfect: each turn episode i takes, with probability
+    `eps[i]`, a uniformly random action of the environment's action space
+    (`env.action_tokens(j)`, j < `env.num_actions`) instead of the oracle's; the oracle
+    re-plans from wherever that leads.
+
     Args:
-      env: an environment with `oracle_actions(state)` and `action_tokens(action_id)`.
+      env: an environment with `oracle_actions(state)` and `action_tokens(action_id)` (and
+        `num_actions` when `eps` is given).
       env_params: its params (for example `env.default_params("train")`).
       task_keys: key[N] one reset key per task.
       lay: the rollout layout the demonstrations are written in (`rollout.make_layout`).
       key: PRNG key for the environment's own randomness.
+      eps: optional f32[N] in [0, 1], each episode's probability of a random action per turn
+        (None: the oracle every turn).
+      action_key: PRNG key for the random-action choices; required with `eps`.
 
     Returns:
       `Demos` of N episodes (numpy arrays).
 
     Raises:
-      ValueError: an oracle action needs more than `lay.action` tokens, or the environment has
-        no oracle.
+      ValueError: an oracle action needs more than `lay.action` tokens, the environment has
+        no oracle, or `eps` is malformed.
     """
     if not hasattr(env, "oracle_actions"):
         raise ValueError(f"environment {type(env).__name__} has no oracle_actions(state)")
+    n = int(task_keys.shape[0])
+    if eps is not None:
+        eps = np.asarray(eps, np.float32)
+        if eps.shape != (n,) or not np.all((eps >= 0) & (eps <= 1)):
+            raise ValueError(
+                f"eps of shape {eps.shape} with range [{eps.min(initial=0):g}, "
+                f"{eps.max(initial=0):g}]; allowed: shape ({n},), values in [0, 1]"
+            )
+        if action_key is None:
+            raise ValueError("eps given without action_key; allowed: a PRNG key with eps")
+        num_actions = int(env.num_actions)
     tok = env.tokenizer
     pad, bos, eoa = tok.pad_id, tok.bos_id, tok.eoa_id
-    n = int(task_keys.shape[0])
     blk = lay.action + lay.obs
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
@@ -115,17 +140,24 @@ def collect_demos(
         host_state = jax.device_get(state)
         act = np.full((n, lay.action), pad, np.int32)
         act_len = np.zeros((n,), np.int32)
+        if eps is not None:
+            k_coin, k_pick = jax.random.split(jax.random.fold_in(action_key, k))
+            explore = np.asarray(jax.random.uniform(k_coin, (n,))) < eps
+            random_id = np.asarray(jax.random.randint(k_pick, (n,), 0, num_actions))
         for i in np.flatnonzero(alive):
             plan = env.oracle_actions(jax.tree.map(lambda x, i=i: x[i], host_state))
             if not plan:  # no plan (a hole, an unsolvable state) or nothing left to do
                 done[i] = True
                 continue
-            ids = cache.get(plan[0])
+            random_turn = eps is not None and explore[i]
+            a = int(random_id[i]) if random_turn else plan[0]
+            ids = cache.get(a)
             if ids is None:
-                ids = cache[plan[0]] = np.asarray(env.action_tokens(plan[0]), np.int32)
+                ids = cache[a] = np.asarray(env.action_tokens(a), np.int32)
             if len(ids) > lay.action:
                 raise ValueError(
-                    f"oracle action {plan[0]} has {len(ids)} tokens but rollout.max_action_len "
+                    f"{'random' if random_turn else 'oracle'} action {a} has {len(ids)} "
+                    f"tokens but rollout.max_action_len "
                     f"is {lay.action}; allowed: rollout.max_action_len >= {len(ids)}"
                 )
             act[i, : len(ids)], act_len[i] = ids, len(ids)
