@@ -1,8 +1,9 @@
-"""Plain-loop NumPy references of the credit estimators, written from methods.md (sections 1-5).
+"""Plain-loop NumPy references of the credit estimators, written from docs/methods.md.
 
-Independent of `rl4agents.credit`: float64, Python loops, one formula per line. Layout mapping
-(layout B "step" rows onto the slot layout): a step is a valid turn `(b, k)`; its action tokens
-are `action_mask & (turn_ids == k)`; `turn_end[b, k]` is the slot of its last action token.
+Independent of `rl4agents.credit`: float64, Python loops, one formula per line. Steps on the
+slot layout (docs/methods.md, "The slot layout and step rows"): a step is a valid turn
+`(b, k)`; its action tokens are `action_mask & (turn_ids == k)`; `turn_end[b, k]` is the slot
+of its last action token.
 Every function returns f64[B, T] advantages (and returns where the estimator has them).
 """
 
@@ -111,11 +112,11 @@ def penalised_token_rewards(traj, placement: str) -> np.ndarray:
     return rewards
 
 
-# ---------------------------------------------------------------- section 2: outcome baselines
+# ---------------------------------------- docs/methods.md, "Outcome-level, critic-free estimators"
 
 
 def grpo(traj, eps=1e-6, scale="group", singleton_policy="raw", stats_over="trajectories"):
-    """methods.md 2.1; "steps" weights each score by its number of valid turns."""
+    """docs/methods.md, `grpo`; "steps" weights each score by its number of valid turns."""
     s, gids = scores(traj), [int(g) for g in np.asarray(traj.group_ids)]
     n = len(s)
     if stats_over == "steps":
@@ -154,12 +155,12 @@ def grpo(traj, eps=1e-6, scale="group", singleton_policy="raw", stats_over="traj
 
 
 def dr_grpo(traj, singleton_policy="raw", stats_over="trajectories"):
-    """methods.md 2.2: `s - mean_g` (the group std is not used)."""
+    """docs/methods.md, `dr_grpo`: `s - mean_g` (the group std is not used)."""
     return grpo(traj, 0.0, "none", singleton_policy, stats_over)
 
 
 def rloo(traj):
-    """methods.md 2.3: `s_i - mean_{j != i} s_j`; a group of one keeps the raw score."""
+    """docs/methods.md, `rloo`: `s_i - mean_{j != i} s_j`; a group of one keeps the raw score."""
     s, gids = scores(traj), list(np.asarray(traj.group_ids))
     adv = []
     for i in range(len(s)):
@@ -171,7 +172,7 @@ def rloo(traj):
 
 
 def opo(traj, length="tokens", singleton_policy="raw"):
-    """methods.md 2.6: `s_i - sum_g L_j s_j / sum_g L_j`; L = action tokens or valid turns."""
+    """docs/methods.md, `opo`: `s_i - sum_g L_j s_j / sum_g L_j`; L = action tokens or turns."""
     s, gids = scores(traj), list(np.asarray(traj.group_ids))
     mask = np.asarray(traj.action_mask)
     if length == "tokens":
@@ -191,7 +192,7 @@ def opo(traj, length="tokens", singleton_policy="raw"):
 
 
 def reinforce_pp(traj, gamma=1.0, reset_on="seq_end", reward_placement="outcome"):
-    """methods.md 2.4; returns (advantages, returns G on action tokens)."""
+    """docs/methods.md, `reinforce_pp`; returns (advantages, returns G on action tokens)."""
     mask = np.asarray(traj.action_mask)
     r = penalised_token_rewards(traj, reward_placement)
     g = np.zeros(r.shape)
@@ -209,13 +210,13 @@ def reinforce_pp(traj, gamma=1.0, reset_on="seq_end", reward_placement="outcome"
 
 
 def reinforce_pp_baseline(traj, singleton_policy="raw"):
-    """methods.md 2.4: `s - mean_g` on action tokens, then masked_whiten over the batch."""
+    """docs/methods.md, `reinforce_pp_baseline`: `s - mean_g` on action tokens, then whitened."""
     centred = grpo(traj, 0.0, "none", singleton_policy)
     return masked_whiten(centred, np.asarray(traj.action_mask))
 
 
 def remax(traj, reward_placement="outcome"):
-    """methods.md 2.5: reverse cumsum of masked token rewards minus the greedy score."""
+    """docs/methods.md, `remax`: reverse cumsum of masked token rewards minus the greedy score."""
     mask = np.asarray(traj.action_mask)
     r = penalised_token_rewards(traj, reward_placement)
     base = _np(traj.baseline_reward)
@@ -228,11 +229,11 @@ def remax(traj, reward_placement="outcome"):
     return (returns - base[:, None]) * mask, returns * mask
 
 
-# ---------------------------------------------------------------- section 3: critic-based
+# ------------------------------------------------------ docs/methods.md, "Critic-based estimators"
 
 
 def ppo_gae(traj, values, gamma=1.0, lam=1.0, whiten=True, reward_placement="turn"):
-    """methods.md 3.1: token GAE over action tokens only; token rewards minus token_penalty."""
+    """docs/methods.md, `ppo_gae`: token GAE over action tokens; rewards minus token_penalty."""
     mask, v = np.asarray(traj.action_mask), _np(values)
     r = penalised_token_rewards(traj, reward_placement)
     adv = np.zeros(v.shape)
@@ -247,7 +248,7 @@ def ppo_gae(traj, values, gamma=1.0, lam=1.0, whiten=True, reward_placement="tur
 
 
 def turn_gae(traj, values, gamma=1.0, lam=1.0, turn_gamma=0.95, whiten=True):
-    """methods.md 3.4 (RAGEN bi-level GAE) with explicit turn ends."""
+    """docs/methods.md, `turn_gae` (RAGEN bi-level GAE) with explicit turn ends."""
     mask, v = np.asarray(traj.action_mask), _np(values)
     turn_end = np.asarray(traj.turn_end)
     adv, ret = np.zeros(v.shape), np.zeros(v.shape)
@@ -279,7 +280,7 @@ def turn_gae(traj, values, gamma=1.0, lam=1.0, turn_gamma=0.95, whiten=True):
 
 
 def step_gae(traj, values, gamma=1.0, lam=1.0, whiten=True):
-    """methods.md 3.5 (StepPO): GAE over a trajectory's valid turns, whitened over steps."""
+    """docs/methods.md, `step_gae` (StepPO): GAE over valid turns, whitened over steps."""
     v = _np(values)
     penalty = np.zeros(v.shape) if traj.token_penalty is None else _np(traj.token_penalty)
     a_table, r_table = {}, {}
@@ -303,7 +304,7 @@ def step_gae(traj, values, gamma=1.0, lam=1.0, whiten=True):
     return per_turn_to_tokens(traj, a_table), per_turn_to_tokens(traj, r_table)
 
 
-# ---------------------------------------------------------------- section 4: GiGPO
+# ------------------------------------------------------------------------ docs/methods.md, `gigpo`
 
 
 def gigpo(
@@ -315,7 +316,7 @@ def gigpo(
     invalid_penalty=0.1,
     eps=1e-6,
 ):
-    """methods.md section 4 on valid turns; the penalty hits the score and the step return."""
+    """docs/methods.md, `gigpo`, on valid turns; the penalty hits the score and the step return."""
     gids, anchors = np.asarray(traj.group_ids), np.asarray(traj.anchors)
     rows = steps(traj)
     penalty = {
@@ -354,7 +355,7 @@ def gigpo(
     return per_turn_to_tokens(traj, out)
 
 
-# ---------------------------------------------------------------- section 5: turn-level
+# --------------------------------------------- docs/methods.md, "Step-level (per-turn) estimators"
 
 
 def turn_returns(traj, gamma) -> dict:
@@ -368,7 +369,8 @@ def turn_returns(traj, gamma) -> dict:
 
 
 def turn_return(traj, gamma=1.0, norm="group", eps=1e-6):
-    """methods.md 5.1: discounted turn returns, z-scored over batch / (group, k) / anchor."""
+    """docs/methods.md, `turn_return`: discounted turn returns, z-scored over batch /
+    (group, k) / anchor."""
     gids, anchors = np.asarray(traj.group_ids), np.asarray(traj.anchors)
     g = turn_returns(traj, gamma)
     keys = {
@@ -388,7 +390,7 @@ def turn_return(traj, gamma=1.0, norm="group", eps=1e-6):
 
 
 def mt_grpo(traj, turn_coef=1.0, eps=1e-4, last_turn_outcome_only=True, outcome="last_turn"):
-    """methods.md 5.2 for K turns: R^O is the last turn's reward ("last_turn") or the
+    """docs/methods.md, `mt_grpo`, for K turns: R^O is the last turn's reward ("last_turn") or the
     episode's score ("episode"), z-scored per group; R^T the turn's reward, z-scored per
     (group, k) over the turns that get a turn term."""
     gids = np.asarray(traj.group_ids)
@@ -417,7 +419,7 @@ def mt_grpo(traj, turn_coef=1.0, eps=1e-4, last_turn_outcome_only=True, outcome=
 
 
 def empg(traj, k=1.0, k_future=1.0, zeta=0.05, eps=1e-6):
-    """methods.md 5.5: entropy-modulated GRPO advantage with a future-clarity bonus."""
+    """docs/methods.md, `empg`: entropy-modulated GRPO advantage with a future-clarity bonus."""
     base = grpo(traj, eps, "group", "raw", "trajectories")
     mask = np.asarray(traj.action_mask)
     a_episode = [base[b][mask[b]][0] if mask[b].any() else 0.0 for b in range(traj.batch_size)]

@@ -157,7 +157,8 @@ def test_step_gae__matches_loop_reference(hparams, seed):
     "hparams", [{}, {"gamma": 0.9, "lam": 0.8, "whiten": False, "reward_placement": "outcome"}]
 )
 def test_ppo_gae__token_penalty_is_subtracted_from_token_rewards(hparams, seed):
-    # methods.md 3.1 / 7.2: token_reward = score - beta * KL per token, before GAE
+    # docs/methods.md, `ppo_gae` and "KL in the loss vs in the reward":
+    # token_reward = score - beta * KL per token, before GAE
     traj = regroup(build_full(seed, empty=(5,)))
     values = _values(traj, seed + 30)
     out = run_credit("ppo_gae", traj, values, **hparams)

@@ -105,7 +105,7 @@ def _token_rewards_loop(traj, placement):
 
 
 def _gae_loop(traj, values, gamma, lam, whiten, placement):
-    """Token-by-token GAE over the action tokens of each episode (methods.md 3.1)."""
+    """Token-by-token GAE over the action tokens of each episode (docs/methods.md, `ppo_gae`)."""
     mask, values = np.asarray(traj.action_mask), np.asarray(values, np.float64)
     rewards = _token_rewards_loop(traj, placement)
     adv = np.zeros(mask.shape)

@@ -1,4 +1,4 @@
-"""GiGPO (methods.md section 4): hand cases, loop reference, reduction to GRPO, edge cases."""
+"""GiGPO (docs/methods.md, `gigpo`): hand cases, loop reference, reduction to GRPO, edge cases."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_gigpo__matches_loop_reference(hparams, seed):
     traj = regroup(build_full(seed, penalty=False, empty=(5,)))
     out = run_credit("gigpo", traj, **hparams)
     _close(out.advantages, ref.gigpo(traj, **hparams))
-    if out.returns is not None:  # methods.md: returns = advantages
+    if out.returns is not None:  # critic-free: returns, when given, are the advantages
         _close(out.returns, np.asarray(out.advantages))
 
 

@@ -1,4 +1,4 @@
-"""GRPO advantage: hand-derived cases and a NumPy loop reference (methods.md 2.1)."""
+"""GRPO advantage: hand-derived cases and a NumPy loop reference (docs/methods.md, `grpo`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _per_episode(traj, out):
 
 
 def _grpo_loop(scores, gids, eps, scale, singleton_policy):
-    """Plain-Python GRPO from methods.md 2.1 (ddof=1, verl/TRL singleton rules)."""
+    """Plain-Python GRPO from docs/methods.md, `grpo` (ddof=1, verl/TRL singleton rules)."""
     n = len(scores)
     all_mean = sum(scores) / n
     batch_std = math.sqrt(sum((s - all_mean) ** 2 for s in scores) / (n - 1)) if n > 1 else 0.0

@@ -1,4 +1,6 @@
-"""Outcome-level baselines (methods.md section 2): hand cases, loop references, edge cases.
+"""Outcome-level baselines: hand cases, loop references, edge cases.
+
+Formulas: docs/methods.md, "Outcome-level, critic-free estimators".
 
 Covers grpo (token penalty, stats_over="steps"), dr_grpo, rloo, reinforce_pp,
 reinforce_pp_baseline and remax. The loop references live in `reference.py`.
@@ -136,7 +138,7 @@ def test_reinforce_pp__hand_returns():
         whitened = np.zeros(traj.tokens.shape)
         whitened[0, slots] = (g - g.mean()) / math.sqrt(g.var(ddof=1) + 1e-8)
         _close(out.advantages, whitened)
-        if out.returns is not None:  # methods.md 2.4: returns = G (critic-free, may be omitted)
+        if out.returns is not None:  # docs/methods.md, `reinforce_pp`: returns G, may be None
             _close(np.asarray(out.returns) * np.asarray(traj.action_mask), want_full)
 
 
@@ -303,7 +305,7 @@ def test_outcome__episode_without_action_tokens_is_no_group_member():
 def test_grpo__tie_of_inexact_floats_gives_zero(score, size, hparams):
     # Three equal scores that are not exact binary fractions: in float32 sum(x) / 3 can differ
     # from x by an ulp, and then (x - mean) / (std + 1e-6) is ~1e-7 / ~1e-6, i.e. an O(.1)
-    # advantage of one sign for the whole tied group. methods.md 2.1: all-equal -> 0.
+    # advantage of one sign for the whole tied group. docs/methods.md, `grpo`: all-equal -> 0.
     # (9.9 = ALFWorld's 10 * won - 0.1 invalid-action penalty; a group of N = 8 all tied.)
     traj = episodes_traj([[score]] * size, [0] * size)
     out = run_credit("grpo", traj, **hparams)

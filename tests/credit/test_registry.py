@@ -23,7 +23,7 @@ from tests.credit.conftest import build_full, episodes_traj, regroup
 EXTRA_PAD = 5
 NAMES = credit.names()
 
-# methods.md names and the hyperparameter defaults of the agreed API
+# The estimator names and hyperparameter defaults that docs/methods.md documents
 EXPECTED_DEFAULTS = {
     "grpo": {
         "eps": 1e-6,
@@ -315,9 +315,9 @@ def test_variant__single_step_batch_is_finite(name):
     ],
 )
 def test_variant__token_penalty_is_used(name):
-    """`token_penalty` (the train step's KL-in-reward, methods.md 7.2) is subtracted from the
-    token rewards, so every estimator's advantages must move when it is added; one that
-    ignores it silently drops the KL term."""
+    """`token_penalty` (the train step's KL in the reward: docs/methods.md, "KL in the loss vs
+    in the reward") is subtracted from the token rewards, so every estimator's advantages must
+    move when it is added; one that ignores it silently drops the KL term."""
     traj, values = _traj(1), _values(_traj(1))
     with_penalty = _jit(name)(traj, values).advantages
     without = _jit(name)(traj.replace(token_penalty=jnp.zeros_like(traj.token_penalty)), values)

@@ -1,4 +1,7 @@
-"""Turn-level estimators (methods.md section 5): turn_return, mt_grpo, empg."""
+"""Turn-level estimators turn_return, mt_grpo, empg.
+
+Formulas: docs/methods.md, "Step-level (per-turn) estimators".
+"""
 
 from __future__ import annotations
 

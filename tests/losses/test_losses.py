@@ -1,4 +1,8 @@
-"""Loss aggregation, PPO/value losses and regularizers (methods.md 3.2, 6.1-6.6, 7.1-7.3)."""
+"""Loss aggregation, PPO/value losses and regularizers.
+
+Formulas: docs/methods.md, "Policy losses" (`ppo_clip`, "Aggregation modes", "Value loss") and
+"Regularisers and shaping" ("KL estimators", "KL in the loss vs in the reward", "Entropy bonus").
+"""
 
 from __future__ import annotations
 

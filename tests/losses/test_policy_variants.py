@@ -1,8 +1,9 @@
 """GSPO, CISPO, REINFORCE, clip-higher, dual clip, TIS weights, overlong shaping, ECHO.
 
-Hand-derived values and NumPy loop references written from methods.md 6.1-6.5, 6.8, 6.9 and 8,
-plus properties every registered policy loss must have (finite, jit == no jit, padding
-invariance, masking, weights, hyperparameter validation).
+Hand-derived values and NumPy loop references written from docs/methods.md ("Policy losses",
+"TIS (truncated importance sampling)", "DAPO overlong shaping", "ECHO"), plus properties
+every registered policy loss must have (finite, jit == no jit, padding invariance, masking,
+weights, hyperparameter validation).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _random_batch(seed, b=4, t=9, scale=0.7, p_mask=0.6):
 
 
 def _agg_loop(loss, mask, mode):
-    """methods.md 6.6 for the modes the variants default to; rows without tokens excluded."""
+    """docs/methods.md, "Aggregation modes", for the variants' default modes; no empty rows."""
     rows = [(loss[i][mask[i]].sum(), mask[i].sum()) for i in range(loss.shape[0]) if mask[i].any()]
     if mode == "token-mean":
         return sum(s for s, _ in rows) / max(sum(n for _, n in rows), 1)
@@ -50,7 +51,7 @@ def _agg_loop(loss, mask, mode):
     return sum(s / n for s, n in rows) / max(len(rows), 1)
 
 
-# ---- clip-higher and dual clip (methods.md 6.2, 6.3) ------------------------------------------
+# ---- clip-higher and dual clip (docs/methods.md, `ppo_clip`) ------------------------------------
 
 
 def test_ppo_clip__clip_higher_lets_positive_tokens_grow_to_1_28():
@@ -109,7 +110,7 @@ def test_ppo_clip__weights_match_loop_reference(dual_clip_c):
     np.testing.assert_allclose(float(loss), want, rtol=RTOL, atol=ATOL)
 
 
-# ---- GSPO (methods.md 6.4) --------------------------------------------------------------------
+# ---- GSPO (docs/methods.md, `gspo`) -------------------------------------------------------------
 
 
 def _gspo_inputs():
@@ -158,7 +159,7 @@ def test_gspo__log_ratio_clamp_and_options():
 
 
 def _gspo_loop(logp, logp_old, adv, mask, w, seg, clip_low, clip_high, agg):
-    """GSPO-token value from methods.md 6.4; `seg` None = one sequence per row."""
+    """GSPO-token value from docs/methods.md, `gspo`; `seg` None = one sequence per row."""
     loss = np.zeros(logp.shape)
     for i in range(logp.shape[0]):
         ids = [0] * logp.shape[1] if seg is None else list(seg[i])
@@ -217,7 +218,7 @@ def test_gspo__gradient_equals_sequence_ratio_form(clip):
     np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-4, atol=1e-7)
 
 
-# ---- CISPO (methods.md 6.5) -------------------------------------------------------------------
+# ---- CISPO (docs/methods.md, `cispo`) -----------------------------------------------------------
 
 
 def _cispo_inputs():
@@ -265,7 +266,7 @@ def test_cispo__gradient_is_weighted_score_function():
         losses.cispo(logp, logp_old, adv, mask, ratio_low=2.0, ratio_high=1.0)
 
 
-# ---- REINFORCE (methods.md 6.9) ---------------------------------------------------------------
+# ---- REINFORCE (docs/methods.md, `reinforce`) ---------------------------------------------------
 
 
 def test_reinforce__hand():
@@ -331,7 +332,7 @@ def test_tis_weights__loop_reference_and_no_gradient(mode):
     assert not np.any(np.asarray(grad))
 
 
-# ---- overlong shaping (methods.md 6.8) --------------------------------------------------------
+# ---- overlong shaping (docs/methods.md, "DAPO overlong shaping") --------------------------------
 
 
 def test_overlong_penalty():
@@ -351,7 +352,7 @@ def test_overlong_penalty():
             losses.overlong_penalty(lengths, max_len=20, buffer=buffer, factor=1.0)
 
 
-# ---- ECHO (methods.md 8) ----------------------------------------------------------------------
+# ---- ECHO (docs/methods.md, "ECHO") -------------------------------------------------------------
 
 
 def test_echo_loss():
