@@ -38,6 +38,7 @@ among those the oracle solves within the env's budget, so the oracle solves ever
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import flax.struct
@@ -49,7 +50,7 @@ from rl4agents import text
 from rl4agents.envs import base, registry
 from rl4agents.types import TimeStep
 
-SPLITS = ("train", "test", "ood")
+SPLITS = base.SPLITS
 WORD_LEN = 5
 GREEN, YELLOW, GRAY = range(3)
 MARKS = ("+", "?", "-")  # per color id
@@ -119,11 +120,7 @@ WORDS = tuple(
 )
 
 
-@flax.struct.dataclass
-class WordleParams:
-    """Per-run parameters: which secret class `reset` draws."""
-
-    split: jax.Array  # int32[] 0 train class, 1 test class, 2 either class (ood)
+WordleParams = base.SplitParams
 
 
 @flax.struct.dataclass
@@ -135,12 +132,6 @@ class WordleState:
     turn: jax.Array  # int32[] turns taken
     greens: jax.Array  # bool[5] positions found green so far (a function of guesses, secret)
     done: jax.Array  # bool[] solved or out of turns
-
-
-def _split_id(split: str) -> int:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
-    return SPLITS.index(split)
 
 
 def letters(words: tuple[str, ...]) -> np.ndarray:
@@ -273,14 +264,44 @@ def _prompt(max_guesses: int) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class WordleConfig:
+    """Static settings (the constructor's arguments; see `Wordle`), checked when built."""
+
+    max_guesses: int = 6
+    goal_reward: float = 1.0
+    turns_left_bonus: float = 0.0
+    progress_reward: float = 0.0
+    invalid_penalty: float = 0.1
+    test_fraction: float = 0.2
+    ood_max_guesses: int = 4
+
+    def __post_init__(self):
+        if self.max_guesses < 3:
+            raise ValueError(f"max_guesses must be >= 3, got {self.max_guesses}")
+        if self.ood_max_guesses < 3:
+            raise ValueError(f"ood_max_guesses must be >= 3, got {self.ood_max_guesses}")
+        base.check_test_fraction(self.test_fraction)
+        base.check_nonnegative("goal_reward", self.goal_reward)
+        base.check_nonnegative("turns_left_bonus", self.turns_left_bonus, " (0 = off)")
+        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+        is_test = heldout_mask(WORDS, int(round(self.test_fraction * 1000)))
+        if is_test.all() or not is_test.any():
+            raise ValueError(
+                "test_fraction must leave at least one word in each class (train and test), "
+                f"got {self.test_fraction}"
+            )
+
+
 @registry.register("wordle")
-class Wordle:
+class Wordle(base.TextEnv):
     """Wordle text environment (see the module docstring).
 
     Attributes:
+      config: `WordleConfig`, the settings below.
       tokenizer: tokenizer the fragments were encoded with.
       words: the word list (allowed guesses and possible secrets).
-      max_guesses: M, the turn budget.
       max_prompt_len: P, length of the instructions returned by `reset`.
       max_obs_len: O, length of the observation returned by `step`.
       max_action_len: longest action ("guess <word>") in tokens.
@@ -289,7 +310,7 @@ class Wordle:
       pool_sizes: int32[3] number of secrets per split.
 
     Args (a value out of its range raises ValueError at construction):
-      max_guesses: the turn budget, >= 3.
+      max_guesses: M, the turn budget, >= 3.
       goal_reward: reward for solving, >= 0.
       turns_left_bonus: added per turn left after the solving guess, >= 0 (0 = off).
       progress_reward: per newly found green position, >= 0 (0 = off).
@@ -311,42 +332,11 @@ class Wordle:
         ood_max_guesses: int = 4,
         tokenizer: text.Tokenizer | None = None,
     ):
-        if max_guesses < 3:
-            raise ValueError(f"max_guesses must be >= 3, got {max_guesses}")
-        if ood_max_guesses < 3:
-            raise ValueError(f"ood_max_guesses must be >= 3, got {ood_max_guesses}")
-        base.check_test_fraction(test_fraction)
-        base.check_nonnegative("goal_reward", goal_reward)
-        base.check_nonnegative("turns_left_bonus", turns_left_bonus, " (0 = off)")
-        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
-        # The split's classes, over this module's word list (cached per threshold).
-        is_test = heldout_mask(WORDS, int(round(test_fraction * 1000)))
-        if is_test.all() or not is_test.any():
-            raise ValueError(
-                "test_fraction must leave at least one word in each class (train and test), "
-                f"got {test_fraction}"
-            )
-        self._kwargs = dict(
-            max_guesses=max_guesses,
-            goal_reward=goal_reward,
-            turns_left_bonus=turns_left_bonus,
-            progress_reward=progress_reward,
-            invalid_penalty=invalid_penalty,
-            test_fraction=test_fraction,
-            ood_max_guesses=ood_max_guesses,
-            tokenizer=tokenizer,
-        )
-        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
+        super().__init__(base.settings(WordleConfig, locals()), tokenizer)
         self.words = WORDS
-        self.max_guesses = max_guesses
-        self.goal_reward = goal_reward
-        self.turns_left_bonus = turns_left_bonus
-        self.progress_reward = progress_reward
-        self.invalid_penalty = invalid_penalty
-        self.test_threshold = int(round(test_fraction * 1000))
-        self.ood_max_guesses = ood_max_guesses
         self._letters = letters(self.words)
+        # The split's classes, over this module's word list (cached per threshold).
+        is_test = heldout_mask(WORDS, self.test_threshold)
 
         # Secrets per split: the class's words the oracle solves within the budget.
         solvable = oracle_turns(self.words) <= max_guesses
@@ -360,7 +350,7 @@ class Wordle:
         for i, pool in enumerate(pools):
             self.pools[i, : len(pool)] = pool
 
-        self._actions = text.FragmentTable.build(
+        self.action_table = text.FragmentTable.build(
             self.tokenizer, {f"guess {w}": f"guess {w}" for w in self.words}
         )
         marks = {
@@ -383,7 +373,7 @@ class Wordle:
             },
         )
         self.num_actions = len(self.words)
-        self.max_action_len = int(self._actions.lengths.max())
+        self.max_action_len = int(self.action_table.lengths.max())
         lengths = self._frags.lengths
         end_len = int(lengths[self._frags.id("end")])
         feedback_len = WORD_LEN * int(lengths[: 3 * len(ALPHABET)].max())
@@ -391,33 +381,27 @@ class Wordle:
         self.max_prompt_len = int(lengths[self._frags.id("prompt")]) + end_len
         self.max_obs_len = max(feedback_len, invalid_len) + end_len
 
-    def default_params(self, split: str = "train") -> WordleParams:
-        """Params selecting the secret class `split` ("ood": either class) for this budget."""
-        return WordleParams(split=jnp.asarray(_split_id(split), jnp.int32))
+    def ood_config(self) -> WordleConfig:
+        """A turn budget of `ood_max_guesses`."""
+        return dataclasses.replace(self.config, max_guesses=self.config.ood_max_guesses)
 
-    def make_split(self, split: str) -> tuple[Wordle, WordleParams]:
-        """(env, params) for "train", "test" or "ood" (a new env: max_guesses=ood_max_guesses)."""
-        _split_id(split)
-        ood = {"max_guesses": self.ood_max_guesses, "tokenizer": self.tokenizer}
-        env = self if split != "ood" else Wordle(**{**self._kwargs, **ood})
-        return env, env.default_params(split)
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        return (self.action_table, self._frags)
 
-    def reset(self, key: jax.Array, params: WordleParams) -> tuple[WordleState, TimeStep]:
+    def reset_env(
+        self, key: jax.Array, params: WordleParams
+    ) -> tuple[WordleState, jax.Array, jax.Array]:
         """Draws a secret of the params' split uniformly from its pool.
 
-        Args:
-          key: typed PRNG key.
-          params: `WordleParams`.
-
         Returns:
-          The state and a TimeStep whose obs_tokens int32[P] hold the instructions.
+          The state, the instructions obs_tokens int32[P] and obs_len int32[].
         """
         size = jnp.asarray(self.pool_sizes)[params.split]
         index = jax.random.randint(key, (), 0, size)
         secret = jnp.asarray(self.pools)[params.split, index]
         state = WordleState(
             secret=secret,
-            guesses=jnp.full((self.max_guesses,), -1, jnp.int32),
+            guesses=jnp.full((self.config.max_guesses,), -1, jnp.int32),
             turn=jnp.zeros((), jnp.int32),
             greens=jnp.zeros((WORD_LEN,), bool),
             done=jnp.zeros((), bool),
@@ -426,17 +410,9 @@ class Wordle:
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_prompt_len
         )
-        return state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=jnp.zeros((), jnp.float32),
-            done=jnp.zeros((), bool),
-            anchor=self.anchor(state),
-            valid_action=jnp.ones((), bool),
-            success=jnp.zeros((), bool),
-        )
+        return state, obs, obs_len
 
-    def step(
+    def step_env(
         self,
         key: jax.Array,
         state: WordleState,
@@ -448,25 +424,25 @@ class Wordle:
 
         Args:
           key: typed PRNG key (unused: the dynamics are deterministic).
-          state: current `WordleState`.
+          state: current `WordleState`, not done.
           action_tokens: int32[A] action tokens, end-of-action excluded.
           action_len: int32[] number of valid action tokens.
           params: `WordleParams` (unused by the dynamics).
 
         Returns:
-          The next state and a TimeStep with obs_tokens int32[O]; absorbing once done.
+          The next state and a TimeStep with obs_tokens int32[O].
         """
         del key, params
-        state = jax.tree.map(jnp.asarray, state)  # host (numpy) states work eagerly too
+        c = self.config
         table = jnp.asarray(self._letters)
-        action = text.match_action(self._actions, action_tokens, action_len)
+        action = text.match_action(self.action_table, action_tokens, action_len)
         valid = action >= 0
         guess = table[jnp.maximum(action, 0)]
         colors = feedback(guess, table[state.secret])
         solved = valid & jnp.all(colors == GREEN)
         new_greens = valid & (colors == GREEN) & ~state.greens
         turn = state.turn + 1
-        done = solved | (turn >= self.max_guesses)
+        done = solved | (turn >= c.max_guesses)
         new_state = state.replace(
             guesses=state.guesses.at[state.turn].set(action, mode="drop"),
             turn=turn,
@@ -480,13 +456,13 @@ class Wordle:
         obs, obs_len = text.concat_fragments(
             self._frags, ids.astype(jnp.int32), self.tokenizer.pad_id, self.max_obs_len
         )
-        bonus = self.goal_reward + self.turns_left_bonus * (self.max_guesses - turn)
+        bonus = c.goal_reward + c.turns_left_bonus * (c.max_guesses - turn)
         reward = (
-            jnp.where(valid, 0.0, -self.invalid_penalty)
+            jnp.where(valid, 0.0, -c.invalid_penalty)
             + jnp.where(solved, bonus, 0.0)
-            + self.progress_reward * new_greens.sum()
+            + c.progress_reward * new_greens.sum()
         )
-        timestep = TimeStep(
+        return new_state, TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
             reward=reward.astype(jnp.float32),
@@ -495,8 +471,6 @@ class Wordle:
             valid_action=valid,
             success=solved,
         )
-        frozen = base.empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
-        return base.absorbing(state.done, (state, frozen), (new_state, timestep))
 
     def anchor(self, state: WordleState) -> jax.Array:
         """uint32[] hash of (secret, guesses per turn, turns taken): the full state.
@@ -507,10 +481,6 @@ class Wordle:
         state = jax.tree.map(jnp.asarray, state)
         return text.hash_u32(jnp.concatenate([state.secret[None], state.guesses, state.turn[None]]))
 
-    def action_tokens(self, action: int) -> np.ndarray:
-        """int32[len] tokens of action id `action` ("guess <words[action]>")."""
-        return self._actions.tokens[action, : self._actions.lengths[action]].copy()
-
     def word_id(self, word: str) -> int:
         """Id of a listed word (= the id of the action guessing it); unknown words raise."""
         try:
@@ -520,10 +490,11 @@ class Wordle:
 
     def make_state(self, secret: str, guesses: tuple[str | None, ...] = ()) -> WordleState:
         """A state after `guesses` (None = an invalid turn) against `secret` (host side)."""
-        if len(guesses) > self.max_guesses:
-            raise ValueError(f"at most {self.max_guesses} guesses, got {len(guesses)}")
+        max_guesses = self.config.max_guesses
+        if len(guesses) > max_guesses:
+            raise ValueError(f"at most {max_guesses} guesses, got {len(guesses)}")
         secret_id = self.word_id(secret)
-        ids = np.full((self.max_guesses,), -1, np.int32)
+        ids = np.full((max_guesses,), -1, np.int32)
         greens = np.zeros((WORD_LEN,), bool)
         solved = False
         for i, word in enumerate(guesses):
@@ -538,7 +509,7 @@ class Wordle:
             guesses=jnp.asarray(ids),
             turn=jnp.asarray(len(guesses), jnp.int32),
             greens=jnp.asarray(greens),
-            done=jnp.asarray(solved or len(guesses) == self.max_guesses),
+            done=jnp.asarray(solved or len(guesses) == max_guesses),
         )
 
     def feedback_text(self, guess: str, secret: str) -> str:
@@ -553,7 +524,7 @@ class Wordle:
         state = jax.device_get(state)
         secret = self.words[int(state.secret)]
         turn = int(state.turn)
-        lines = [f"secret {secret}, turn {turn}/{self.max_guesses}"]
+        lines = [f"secret {secret}, turn {turn}/{self.config.max_guesses}"]
         for guess in np.asarray(state.guesses)[:turn].tolist():
             if guess < 0:
                 lines.append("(invalid)")
@@ -581,7 +552,7 @@ class Wordle:
         table = pattern_table(self.words)
         history = [(g, int(table[g, secret])) for g in guesses if g >= 0]
         plan = []
-        while turn + len(plan) < self.max_guesses:
+        while turn + len(plan) < self.config.max_guesses:
             guess = oracle_guess(self.words, history)
             plan.append(guess)
             if guess == secret:

@@ -103,7 +103,7 @@ def test_wordle__registered_with_builtin_sizes_and_word_list():
     assert all(len(w) == 5 and w.isalpha() and w.islower() for w in words)
     assert not set(words) & set(env.tokenizer.words)  # always 5 letter tokens
     assert env.tokenizer.decode(env.action_tokens(env.word_id("crane"))) == "guess c r a n e"
-    assert OOD_ENV.max_guesses == 4 and OOD_ENV.max_prompt_len == 60
+    assert OOD_ENV.config.max_guesses == 4 and OOD_ENV.max_prompt_len == 60
     # The minimal vocabulary of the train env also spells the OOD prompt (its "4").
     minimal = text.minimal_tokenizer(env)
     ood = wordle.Wordle(tokenizer=minimal).make_split("ood")[0]
@@ -248,7 +248,7 @@ def test_wordle__oracle_solves_every_generated_task_closed_loop(split):
         states, _ = batched.reset(batched.keys(seed), params)
         secrets = np.asarray(states.secret)
         success, turns, ret = np.zeros(B, bool), np.zeros(B, int), np.zeros(B)
-        for _ in range(env.max_guesses):
+        for _ in range(env.config.max_guesses):
             host = jax.device_get(states)
             actions = []
             for i in range(B):
@@ -310,7 +310,7 @@ def test_wordle__anchors_equal_iff_states_equal():
     choices = np.array([ENV.word_id(w) for w in ("crane", "hello", "sweet")] + [-1])
     rng = np.random.default_rng(2)
     anchors, keys = [], []
-    for _ in range(ENV.max_guesses + 1):
+    for _ in range(ENV.config.max_guesses + 1):
         states, ts = BATCHED.act(states, rng.choice(choices, B), TRAIN)
         host = jax.device_get(states)
         anchors += list(np.asarray(ts.anchor))
