@@ -1,4 +1,6 @@
-"""Outcome-level, critic-free group baselines (methods.md section 2).
+"""Outcome-level, critic-free group baselines.
+
+Formulas and defaults: docs/methods.md, "Outcome-level, critic-free estimators".
 
 Each estimator turns one score per episode (`traj.outcome_reward`) into one advantage per
 episode and broadcasts it over the episode's action tokens. Returns are None (no critic).
