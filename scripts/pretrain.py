@@ -28,6 +28,13 @@ from rl4agents import config_utils  # noqa: E402
 
 _CONFIG = config_utils.define_config_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+_PUBLISH = flags.DEFINE_string(
+    "publish",
+    None,
+    "Instead of pretraining: write the finished run in --workdir to this results folder "
+    "(table.md with --command, table.csv, summary, eval, corpus, provenance, metrics).",
+)
+_COMMAND = flags.DEFINE_string("command", "", "--publish: the command that made the run.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 OUTPUTS = ("params", "corpus.json", "eval.json", "metrics.jsonl", "summary.json")
@@ -57,6 +64,15 @@ def main(argv):
     if len(argv) > 1:
         config_utils.fail(f"unexpected arguments: {argv[1:]}")
     workdir = _WORKDIR.value
+    if _PUBLISH.value:
+        from rl4agents.train import pretrain
+
+        try:
+            pretrain.publish(workdir, _PUBLISH.value, _COMMAND.value)
+        except FileNotFoundError as e:
+            config_utils.fail(str(e))
+        print(open(os.path.join(_PUBLISH.value, "table.md")).read())
+        return
     config_utils.check_workdir("--workdir", workdir)
     if os.path.isdir(workdir):
         found = [n for n in OUTPUTS if os.path.lexists(os.path.join(workdir, n))]

@@ -367,3 +367,88 @@ def run(
     with open(os.path.join(workdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+TABLE_COLUMNS = (
+    "env",
+    "greedy_success",
+    "sampled_success",
+    "eval_tasks",
+    "eval_s",
+    "steps",
+    "demos",
+    "demo_success",
+    "packed_len",
+)
+
+
+def table_rows(summary: Mapping) -> list[dict]:
+    """One row per environment of a pretraining `summary`: held-out (test) greedy and sampled
+    success, the evaluation's seconds, the steps trained on it and its corpus."""
+    rows = []
+    for name in summary["envs"]:
+        test, corpus = summary["test"][name], summary["corpus"]["envs"][name]
+        rows.append(
+            {
+                "env": name,
+                "greedy_success": round(test["greedy_success"], 3),
+                "sampled_success": round(test["sampled_success"], 3),
+                "eval_tasks": summary["eval_tasks"],
+                "eval_s": test["seconds"],
+                "steps": summary["steps_per_env"][name],
+                "demos": corpus["episodes"],
+                "demo_success": round(corpus["success"], 3),
+                "packed_len": corpus["packed_len"],
+            }
+        )
+    return rows
+
+
+def publish(workdir: str, out: str, command: str) -> list[dict]:
+    """Writes a finished run's results to `out`: `table.md` (with `command`), `table.csv`,
+    and its `summary.json`, `eval.json`, `corpus.json`, `provenance.json`, `metrics.jsonl`.
+
+    Raises:
+      FileNotFoundError: `workdir` holds no finished run (no summary.json).
+    """
+    import csv
+    import shutil
+
+    path = os.path.join(workdir, "summary.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{workdir!r} holds no finished pretraining run ({path})")
+    with open(path) as f:
+        summary = json.load(f)
+    rows = table_rows(summary)
+    os.makedirs(out, exist_ok=True)
+    for name in ("summary.json", "eval.json", "corpus.json", "provenance.json", "metrics.jsonl"):
+        if os.path.isfile(os.path.join(workdir, name)):
+            shutil.copyfile(os.path.join(workdir, name), os.path.join(out, name))
+    with open(os.path.join(out, "table.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    recipe = summary["corpus"]["recipe"]
+    lines = [
+        f"Base policy: held-out (test split) success per environment, {summary['eval_tasks']} "
+        "tasks each, one set of parameters "
+        f"({summary['num_params']:,} parameters, model {json.dumps(summary['model'])}).",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"Corpus: {recipe['demos_per_env']} episodes per environment on training tasks, noise "
+        f"levels eps {recipe['eps']} (equal shares; each turn a uniformly random action with "
+        "probability eps, else the oracle's), failed episodes kept. Training: "
+        f"{summary['steps']} steps of {summary['pretrain']['batch_size']} episodes, each on one "
+        f"environment's batch; corpus {summary['collect_s']} s, training {summary['train_s']} "
+        f"s, evaluation {summary['eval_s']} s, {summary['wall_s']} s in all.",
+        "",
+        "| " + " | ".join(TABLE_COLUMNS) + " |",
+        "|---|" + "---:|" * (len(TABLE_COLUMNS) - 1),
+    ]
+    lines += ["| " + " | ".join(str(r[c]) for c in TABLE_COLUMNS) + " |" for r in rows]
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return rows

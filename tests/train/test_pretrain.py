@@ -136,6 +136,10 @@ def test_run__two_envs_then_rl_starts_from_it_in_a_listed_env_only(tmp_path):
         stats = summary["corpus"]["envs"][name]
         assert stats["episodes"] == 8 and {"success_eps0", "success_eps0.5"} <= set(stats)
     assert (tmp_path / "summary.json").exists() and (tmp_path / "eval.json").exists()
+    rows = pretrain.publish(str(tmp_path), str(tmp_path / "results"), "python scripts/x.py")
+    assert [r["env"] for r in rows] == ["frozen_lake", "maze"]
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "python scripts/x.py" in table and "| maze |" in table
 
     maze = experiment.build(small_config("maze"))
     warm = loop._warm_start(maze, maze.init_state(jax.random.key(1)), str(tmp_path))
