@@ -108,7 +108,7 @@ def test_household__registered_with_builtin_sizes():
     assert env.action_strings[0] == "go to countertop 1" and env.action_strings[-1] == "inventory"
     assert "take mug 2 from fridge 1" in env.action_strings
     assert "heat apple 3 with microwave" in env.action_strings
-    assert OOD_ENV.num_objects == 9 and OOD_ENV.max_obs_len == 111
+    assert OOD_ENV.config.num_objects == 9 and OOD_ENV.max_obs_len == 111
     with pytest.raises(ValueError, match="num_objects must be in"):
         household.Household(num_objects=1)
     with pytest.raises(ValueError, match="num_cabinets"):
@@ -219,12 +219,12 @@ def test_household__invalid_action_is_penalised_and_reported():
 
 
 def test_household__step_limit_ends_the_episode_unsolved():
-    state = ENV.make_state(**KITCHEN, steps=ENV.max_steps - 1)
+    state = ENV.make_state(**KITCHEN, steps=ENV.config.max_steps - 1)
     ((new, ts),) = _play(state, ["look"])
     assert bool(ts.done) and not ts.success and float(ts.reward) == 0.0
     expected = "you are in the middle of a room . you ran out of steps .\n"
     assert _obs(ts) == TOK.encode(expected)
-    assert int(new.steps) == ENV.max_steps and ENV.oracle_actions(new) is None
+    assert int(new.steps) == ENV.config.max_steps and ENV.oracle_actions(new) is None
 
 
 def test_household__vmap_reset_over_64_keys_is_wellformed():
@@ -259,7 +259,7 @@ def _run_oracle(batched, params, seed):
     success, total = np.zeros(B, bool), np.zeros(B, np.float32)
     turns = np.zeros(B, np.int32)
     trace = []
-    for t in range(env.max_steps):
+    for t in range(env.config.max_steps):
         host = jax.device_get(states)
         done = np.asarray(host.done)
         if done.all():
@@ -290,7 +290,7 @@ def test_household__oracle_solves_every_generated_task(split):
         np.testing.assert_allclose(total, 1.0)
         lengths.append(turns)
     lengths = np.concatenate(lengths)
-    assert lengths.max() <= env.max_steps and lengths.min() >= 2
+    assert lengths.max() <= env.config.max_steps and lengths.min() >= 2
     assert lengths.mean() > 8  # tasks need exploring, not one lucky pick
 
 

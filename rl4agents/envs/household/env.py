@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -28,19 +29,53 @@ from rl4agents.envs.household.world import (
     goal_combos,
     goal_text,
     object_names,
-    split_id,
 )
 from rl4agents.types import TimeStep
 
 
+@dataclasses.dataclass(frozen=True)
+class HouseholdConfig:
+    """Static settings (the constructor's arguments; see `Household`), checked when built."""
+
+    num_objects: int = 6
+    num_cabinets: int = 2
+    num_drawers: int = 2
+    max_steps: int = 40
+    goal_reward: float = 1.0
+    progress_reward: float = 0.0
+    invalid_penalty: float = 0.05
+    test_fraction: float = 0.2
+    ood_num_objects: int = 9
+    num_candidates: int = 32
+
+    def __post_init__(self):
+        max_objects = len(OBJECT_TYPES) * MAX_INSTANCES
+        for name in ("num_objects", "ood_num_objects"):
+            value = getattr(self, name)
+            if not 2 <= value <= max_objects:
+                raise ValueError(f"{name} must be in [2, {max_objects}], got {value}")
+        for name in ("num_cabinets", "num_drawers"):
+            value = getattr(self, name)
+            if not 1 <= value <= 3:
+                raise ValueError(f"{name} must be in [1, 3], got {value}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        base.check_test_fraction(self.test_fraction)
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+        base.check_nonnegative("goal_reward", self.goal_reward)
+        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+
+
 @registry.register("household")
-class Household:
+class Household(base.TextEnv):
     """ALFWorld-like household text environment (see the `household` package docstring).
 
     Attributes:
+      config: `HouseholdConfig`, the settings below.
       tokenizer: tokenizer the fragments were encoded with.
       receptacles: the receptacle names ("countertop 1", ...), R of them; index = id.
-      num_objects: M, object slots per task.
       max_prompt_len: P, length of the room-and-goal prompt returned by `reset`.
       max_obs_len: O, length of the observation returned by `step`.
       max_action_len: longest action in tokens.
@@ -76,43 +111,7 @@ class Household:
         num_candidates: int = 32,
         tokenizer: text.Tokenizer | None = None,
     ):
-        max_objects = len(OBJECT_TYPES) * MAX_INSTANCES
-        for name, value in (("num_objects", num_objects), ("ood_num_objects", ood_num_objects)):
-            if not 2 <= value <= max_objects:
-                raise ValueError(f"{name} must be in [2, {max_objects}], got {value}")
-        for name, value in (("num_cabinets", num_cabinets), ("num_drawers", num_drawers)):
-            if not 1 <= value <= 3:
-                raise ValueError(f"{name} must be in [1, 3], got {value}")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        base.check_test_fraction(test_fraction)
-        if num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        base.check_nonnegative("goal_reward", goal_reward)
-        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
-        self._kwargs = dict(
-            num_objects=num_objects,
-            num_cabinets=num_cabinets,
-            num_drawers=num_drawers,
-            max_steps=max_steps,
-            goal_reward=goal_reward,
-            progress_reward=progress_reward,
-            invalid_penalty=invalid_penalty,
-            test_fraction=test_fraction,
-            ood_num_objects=ood_num_objects,
-            num_candidates=num_candidates,
-            tokenizer=tokenizer,
-        )
-        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
-        self.num_objects = num_objects
-        self.max_steps = max_steps
-        self.goal_reward = goal_reward
-        self.progress_reward = progress_reward
-        self.invalid_penalty = invalid_penalty
-        self.test_threshold = int(round(test_fraction * 1000))
-        self.ood_num_objects = ood_num_objects
-        self.num_candidates = num_candidates
+        super().__init__(base.settings(HouseholdConfig, locals()), tokenizer)
 
         counts = {"cabinet": num_cabinets, "drawer": num_drawers}
         rec_types = [t for t in RECEPTACLE_TYPES for _ in range(counts.get(t, 1))]
@@ -145,11 +144,11 @@ class Household:
         self._act_cmd = np.array([COMMANDS.index(a[0]) for a in actions], np.int32)
         self._act_obj = np.array([a[1] for a in actions], np.int32)
         self._act_rec = np.array([a[2] for a in actions], np.int32)
-        self._actions = text.FragmentTable.build(
+        self.action_table = text.FragmentTable.build(
             self.tokenizer, {s: s for s in self.action_strings}
         )
         self.num_actions = len(actions)
-        self.max_action_len = int(self._actions.lengths.max())
+        self.max_action_len = int(self.action_table.lengths.max())
 
         listing = ", ".join(f"a {r}" for r in self.receptacles[:-1])
         intro = (
@@ -218,60 +217,31 @@ class Household:
             + int(lens[self._rtype_frag[self._goal_rtype]].max())
         )
 
-    # ----------------------------------------------------------------------------- public API
+    # ------------------------------------------------------------------------------ dynamics
 
-    def default_params(self, split: str = "train") -> HouseholdParams:
-        """Params selecting the task class `split` ("ood": held-out goal combinations)."""
-        return HouseholdParams(split=jnp.asarray(split_id(split), jnp.int32))
+    def ood_config(self) -> HouseholdConfig:
+        """The "ood" tasks: held-out goal combinations among `ood_num_objects` objects."""
+        return dataclasses.replace(self.config, num_objects=self.config.ood_num_objects)
 
-    def make_split(self, split: str) -> tuple[Household, HouseholdParams]:
-        """(env, params) for "train", "test" or "ood" (a new env with `ood_num_objects`)."""
-        split_id(split)
-        env = self
-        if split == "ood":
-            ood = {"num_objects": self.ood_num_objects, "tokenizer": self.tokenizer}
-            env = Household(**{**self._kwargs, **ood})
-        return env, env.default_params(split)
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        return (self.action_table, self._frags)
 
-    def reset(self, key: jax.Array, params: HouseholdParams) -> tuple[HouseholdState, TimeStep]:
+    def reset_env(
+        self, key: jax.Array, params: HouseholdParams
+    ) -> tuple[HouseholdState, jax.Array, jax.Array]:
         """Draws a task of the params' class; the agent starts in the middle of the room.
 
-        Args:
-          key: typed PRNG key.
-          params: `HouseholdParams`.
-
         Returns:
-          The state and a TimeStep whose obs_tokens int32[P] hold the room and the goal.
+          The state, the room-and-goal obs_tokens int32[P] and obs_len int32[].
         """
         state = generator.generate(self, key, params.split)
-        kind, obj = state.goal[0], state.goal[1]
-        f = self._f
-        ids = jnp.stack(
-            [
-                f["intro"],
-                f["task"],
-                jnp.asarray(self._goal_head)[kind, obj],
-                jnp.asarray(self._goal_word)[kind, obj],
-                f["in"],
-                jnp.asarray(self._rtype_frag)[state.goal[2]],
-                f["period"],
-                f["end"],
-            ]
-        ).astype(jnp.int32)
+        ids = observation.prompt_ids(self, state)
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_prompt_len
         )
-        return state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=jnp.zeros((), jnp.float32),
-            done=jnp.zeros((), bool),
-            anchor=self.anchor(state),
-            valid_action=jnp.ones((), bool),
-            success=jnp.zeros((), bool),
-        )
+        return state, obs, obs_len
 
-    def step(
+    def step_env(
         self,
         key: jax.Array,
         state: HouseholdState,
@@ -283,17 +253,17 @@ class Household:
 
         Args:
           key: typed PRNG key (unused: the dynamics are deterministic).
-          state: current `HouseholdState`.
+          state: current `HouseholdState`, not done.
           action_tokens: int32[A] action tokens, end-of-action excluded.
           action_len: int32[] number of valid action tokens.
           params: `HouseholdParams` (unused by the dynamics).
 
         Returns:
-          The next state and a TimeStep with obs_tokens int32[O]; absorbing once done.
+          The next state and a TimeStep with obs_tokens int32[O].
         """
         del key, params
-        state = jax.tree.map(jnp.asarray, state)  # host (numpy) states work eagerly too
-        action = text.match_action(self._actions, action_tokens, action_len)
+        c = self.config
+        action = text.match_action(self.action_table, action_tokens, action_len)
         valid = action >= 0
         index = jnp.maximum(action, 0)
         cmd = jnp.where(valid, jnp.asarray(self._act_cmd)[index], -1)
@@ -301,20 +271,20 @@ class Household:
 
         success = self.goal_holds(new_state)
         steps = state.steps + 1
-        timeout = ~success & (steps >= self.max_steps)
+        timeout = ~success & (steps >= c.max_steps)
         new_state = new_state.replace(steps=steps, done=success | timeout)
         kind = dynamics.outcome(self, state, new_state, cmd, ok)
         ids = observation.obs_ids(self, new_state, kind, slot, rec, success, timeout)
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        reward = jnp.where(success, self.goal_reward, 0.0)
-        reward = reward - jnp.where(valid, 0.0, self.invalid_penalty)
-        if self.progress_reward:
-            reward = reward + self.progress_reward * (
+        reward = jnp.where(success, c.goal_reward, 0.0)
+        reward = reward - jnp.where(valid, 0.0, c.invalid_penalty)
+        if c.progress_reward:
+            reward = reward + c.progress_reward * (
                 self.potential(new_state) - self.potential(state)
             )
-        timestep = TimeStep(
+        return new_state, TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
             reward=reward.astype(jnp.float32),
@@ -323,8 +293,6 @@ class Household:
             valid_action=valid,
             success=success,
         )
-        frozen = base.empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
-        return base.absorbing(state.done, (state, frozen), (new_state, timestep))
 
     def anchor(self, state: HouseholdState) -> jax.Array:
         """uint32[] hash of the observable world: objects, receptacles, agent, seen, goal.
@@ -345,10 +313,6 @@ class Household:
             state.goal,
         ]
         return text.hash_u32(jnp.concatenate([jnp.asarray(p, jnp.int32) for p in parts]))
-
-    def action_tokens(self, action: int) -> np.ndarray:
-        """int32[len] tokens of action id `action` (its string: `action_strings[action]`)."""
-        return self._actions.tokens[action, : self._actions.lengths[action]].copy()
 
     def action_id(self, action: str) -> int:
         """Index of an action string in the action table (ValueError if not in it)."""

@@ -29,7 +29,7 @@ _MAX_ROUNDS = 16
 
 def candidate(env: Household, bits: jax.Array, split: jax.Array) -> HouseholdState:
     """One task from uint32[2 + 3 M] random bits (may be unusable, see `generate`)."""
-    m, num_types = env.num_objects, len(OBJECT_TYPES)
+    m, num_types = env.config.num_objects, len(OBJECT_TYPES)
     combo = jnp.where(
         split == 2,
         jnp.asarray(env._ood_combos)[bits[0] % len(env._ood_combos)],
@@ -79,7 +79,7 @@ def generate(env: Household, key: jax.Array, split: jax.Array) -> HouseholdState
     def _qualifies(task):
         fits = task.obj_inst.max() <= MAX_INSTANCES
         fresh = ~env.goal_holds(task)
-        in_class = base.in_split_class(task_hash(task), env.test_threshold, split)
+        in_class = env.in_split(task_hash(task), split)
         return fits & fresh & in_class
 
     def _candidates(bits):
@@ -90,15 +90,15 @@ def generate(env: Household, key: jax.Array, split: jax.Array) -> HouseholdState
         key,
         _candidates,
         fallback_task(env),
-        num_candidates=env.num_candidates,
-        bits_per_candidate=2 + 3 * env.num_objects,
+        num_candidates=env.config.num_candidates,
+        bits_per_candidate=2 + 3 * env.config.num_objects,
         max_rounds=_MAX_ROUNDS,
     )
 
 
 def fallback_task(env: Household) -> HouseholdState:
     """Objects of cycling types on the countertop; goal "put an apple in cabinet"."""
-    m, num_types = env.num_objects, len(OBJECT_TYPES)
+    m, num_types = env.config.num_objects, len(OBJECT_TYPES)
     types, inst = np.arange(m) % num_types, np.arange(m) // num_types + 1
     perm = np.argsort(types * MAX_INSTANCES + inst)
     goal = np.array([PICK, 0, RECEPTACLE_TYPES.index("cabinet")], np.int32)

@@ -53,7 +53,7 @@ def make_state(
       clean, hot, cold: objects with that property.
       steps: turns already taken.
     """
-    m, num_rec = env.num_objects, len(env.receptacles)
+    m, num_rec = env.config.num_objects, len(env.receptacles)
     names = object_names()
     if len(objects) > m:
         raise ValueError(f"at most {m} objects, got {len(objects)}")
@@ -94,7 +94,7 @@ def make_state(
         agent=jnp.asarray(num_rec if agent is None else rec_index[agent], jnp.int32),
         steps=jnp.asarray(steps, jnp.int32),
     )
-    done = bool(env.goal_holds(state)) or steps >= env.max_steps
+    done = bool(env.goal_holds(state)) or steps >= env.config.max_steps
     return state.replace(done=jnp.asarray(done))
 
 
@@ -114,7 +114,7 @@ def render(env: Household, state: HouseholdState) -> str:
     held = [obj(i) for i in range(len(s.obj_loc)) if s.obj_loc[i] == num_rec]
     lines = [
         f"goal: {goal_text(s.goal)}",
-        f"agent: at {where}, step {int(s.steps)}/{env.max_steps}"
+        f"agent: at {where}, step {int(s.steps)}/{env.config.max_steps}"
         + (", done" if bool(s.done) else ""),
         f"holding: {held[0] if held else 'nothing'}",
     ]

@@ -82,3 +82,21 @@ def obs_ids(env: Household, state, kind, slot, rec, success, timeout) -> jax.Arr
     return jnp.concatenate([jnp.stack(table)[kind], jnp.stack([suffix, f["end"]])]).astype(
         jnp.int32
     )
+
+
+def prompt_ids(env: Household, state: HouseholdState) -> jax.Array:
+    """int32[8] fragment ids of the prompt: the room, then "your task is to : <goal> ."."""
+    kind, obj = state.goal[0], state.goal[1]
+    f = env._f
+    return jnp.stack(
+        [
+            f["intro"],
+            f["task"],
+            jnp.asarray(env._goal_head)[kind, obj],
+            jnp.asarray(env._goal_word)[kind, obj],
+            f["in"],
+            jnp.asarray(env._rtype_frag)[state.goal[2]],
+            f["period"],
+            f["end"],
+        ]
+    ).astype(jnp.int32)

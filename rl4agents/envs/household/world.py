@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4agents import text
+from rl4agents.envs import base
 
-SPLITS = ("train", "test", "ood")
+SPLITS = base.SPLITS
 OBJECT_TYPES = ("apple", "bowl", "egg", "knife", "mug", "plate")
 PLURALS = ("apples", "bowls", "eggs", "knives", "mugs", "plates")
 ARTICLES = ("an", "a", "an", "a", "a", "a")
@@ -99,11 +100,8 @@ PHRASES = {
 }
 
 
-@flax.struct.dataclass
-class HouseholdParams:
-    """Per-run parameters: which task class `reset` draws."""
-
-    split: jax.Array  # int32[] 0 train class, 1 test class, 2 held-out goals (ood)
+# Per-run parameters: `split` 0 train class, 1 test class, 2 held-out goals (ood).
+HouseholdParams = base.SplitParams
 
 
 @flax.struct.dataclass
@@ -121,12 +119,6 @@ class HouseholdState:
     goal: jax.Array  # int32[3] (kind, object type, goal receptacle type)
     steps: jax.Array  # int32[] turns taken
     done: jax.Array  # bool[] goal reached or step limit hit
-
-
-def split_id(split: str) -> int:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
-    return SPLITS.index(split)
 
 
 def goal_combos() -> tuple[np.ndarray, np.ndarray]:
