@@ -120,14 +120,14 @@ def test_terminal__registered_with_builtin_sizes():
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (75, 161, 9)
     assert len(terminal.VALUES) == len(set(terminal.VALUES)) == 256
     assert env.num_actions == 3 + 2 * 19 + (10 + 256) + 256 == len(set(env.commands))
-    assert (OOD_ENV.depth, OOD_ENV.width, OOD_ENV.max_obs_len) == (3, 3, 186)
+    assert (OOD_ENV.config.depth, OOD_ENV.config.width, OOD_ENV.max_obs_len) == (3, 3, 186)
     assert OOD_ENV.num_actions == env.num_actions
 
 
 def test_terminal__prompt_states_the_task():
     states, ts = BATCHED.reset(BATCHED.keys(1), TRAIN)
     field = terminal.FIELDS[int(states.target_field[0])]
-    expected = f"find the value of {field} and submit it\n" + terminal._HELP + PROMPT
+    expected = f"find the value of {field} and submit it\n" + terminal.HELP + PROMPT
     obs = np.asarray(ts.obs_tokens[0])[: int(ts.obs_len[0])]
     _assert_output(ENV, obs, expected)
 
@@ -220,7 +220,7 @@ def test_terminal__invalid_commands_are_penalised_and_change_nothing():
     start = ENV.state_from_tree(TREE, "key")
     for command in ("ls -l", "cat", "submit 12", "cd docs logs", "rm readme", ""):
         ((state, ts, obs),) = _run([command])
-        _assert_output(ENV, obs, terminal._MESSAGES["invalid"] + PROMPT)
+        _assert_output(ENV, obs, terminal.MESSAGES["invalid"] + PROMPT)
         assert not ts.valid_action and not ts.done and ts.reward == pytest.approx(-0.05)
         jax.tree.map(np.testing.assert_array_equal, state, start)
 
@@ -300,7 +300,7 @@ def test_terminal__vmap_reset_over_64_keys_gives_wellformed_trees():
         states, ts = BATCHED.reset(BATCHED.keys(0), params)
         assert ts.obs_tokens.shape == (B, ENV.max_prompt_len)
         assert not np.asarray(ts.done).any()
-        _check_trees(ENV, states, ENV.min_key_depth)
+        _check_trees(ENV, states, ENV.config.min_key_depth)
         fields = np.asarray(states.target_field)
         assert len(set(fields.tolist())) == len(terminal.SECRET_FIELDS)
         for i in range(3):
@@ -355,7 +355,7 @@ def test_terminal__oracle_is_closed_loop_from_any_state():
 
 
 def _task_bytes(states):
-    words = jax.vmap(lambda s: jnp.concatenate(terminal._task_words(s)))(states)
+    words = jax.vmap(lambda s: jnp.concatenate(terminal.task_words(s)))(states)
     return [bytes(np.asarray(w)) for w in words]
 
 
