@@ -42,6 +42,7 @@ unchanged (Ng et al., 1999).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 
 import flax.struct
@@ -53,7 +54,7 @@ from rl4agents import text
 from rl4agents.envs import base, registry
 from rl4agents.types import TimeStep
 
-SPLITS = ("train", "test", "ood")
+SPLITS = base.SPLITS
 OPS = ("+", "-", "*")
 EMPTY = -1  # a used slot of `CountdownState.numbers`
 _MAX_ROUNDS = 16
@@ -61,11 +62,64 @@ _MAX_NUMBERS = 5  # d(s) enumerates every calc sequence; 5 numbers is ~20k leaf 
 _LINE = 6  # fragment slots of an observation's first line ("a op b = r\n")
 
 
-@flax.struct.dataclass
-class CountdownParams:
-    """Per-run parameters: which task class `reset` draws."""
+CountdownParams = base.SplitParams
 
-    split: jax.Array  # int32[] 0 train class, 1 test class, 2 either class (ood)
+
+@dataclasses.dataclass(frozen=True)
+class CountdownConfig:
+    """Static settings (the constructor's arguments; see `Countdown`), checked when built."""
+
+    num_numbers: int = 3
+    max_start: int = 9
+    max_value: int = 30
+    min_target: int = 10
+    progress_reward: float = 0.0
+    invalid_penalty: float = 0.05
+    goal_reward: float = 1.0
+    test_fraction: float = 0.2
+    ood_num_numbers: int = 4
+    ood_max_value: int = 60
+    ood_min_target: int | None = None
+    num_candidates: int = 64
+
+    @property
+    def resolved_ood_min_target(self) -> int:
+        """`ood_min_target`, None meaning `max_value + 1`."""
+        return self.max_value + 1 if self.ood_min_target is None else self.ood_min_target
+
+    def __post_init__(self):
+        for name in ("num_numbers", "ood_num_numbers"):
+            value = getattr(self, name)
+            if not 2 <= value <= _MAX_NUMBERS:
+                raise ValueError(f"{name} must be in [2, {_MAX_NUMBERS}], got {value}")
+        for name in ("max_value", "ood_max_value"):
+            value = getattr(self, name)
+            if not 1 <= value <= 99:
+                raise ValueError(f"{name} must be in [1, 99] (two-digit numbers), got {value}")
+        max_start, max_value, ood_max_value = self.max_start, self.max_value, self.ood_max_value
+        if not 1 <= max_start <= max_value:
+            raise ValueError(f"max_start must be in [1, max_value={max_value}], got {max_start}")
+        if max_start > ood_max_value:
+            raise ValueError(
+                f"max_start must be <= ood_max_value={ood_max_value} (the ood env's starting "
+                f"numbers), got {max_start}"
+            )
+        if not 0 <= self.min_target <= max_value:
+            raise ValueError(
+                f"min_target must be in [0, max_value={max_value}], got {self.min_target}"
+            )
+        ood_min = self.resolved_ood_min_target
+        if not 0 <= ood_min <= ood_max_value:
+            raise ValueError(
+                f"ood_min_target must be in [0, ood_max_value={ood_max_value}], got {ood_min} "
+                "(None means max_value + 1)"
+            )
+        base.check_test_fraction(self.test_fraction)
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
+        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+        base.check_nonnegative("goal_reward", self.goal_reward)
 
 
 @flax.struct.dataclass
@@ -75,12 +129,6 @@ class CountdownState:
     numbers: jax.Array  # int32[N] numbers held, ascending, then EMPTY for used slots
     target: jax.Array  # int32[] the number to build
     done: jax.Array  # bool[] answered
-
-
-def _split_id(split: str) -> int:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed splits: {list(SPLITS)}")
-    return SPLITS.index(split)
 
 
 def canonical(numbers: jax.Array) -> jax.Array:
@@ -207,22 +255,23 @@ def _reachable(numbers: tuple[int, ...], max_value: int) -> set[int]:
 
 
 @registry.register("countdown")
-class Countdown:
+class Countdown(base.TextEnv):
     """Countdown with a calculator tool (see the module docstring).
 
     Attributes:
+      config: `CountdownConfig`, the settings below.
       tokenizer: tokenizer the fragments were encoded with.
-      num_numbers: N, starting numbers per task.
-      max_value: M, largest number the tool may produce (and the action table covers).
+      num_calcs: 3 (M + 1)^2, the calc actions (action ids below it).
       max_prompt_len: P, length of the rules, target and numbers returned by `reset`.
       max_obs_len: O, length of the observation returned by `step`.
       max_action_len: longest action ("calc M * M") in tokens.
       num_actions: 3 (M + 1)^2 calc actions then M + 1 answer actions.
 
     Args (a value out of its range raises ValueError at construction):
-      num_numbers: starting numbers per task, in [2, 5].
+      num_numbers: N, starting numbers per task, in [2, 5].
       max_start: largest starting number, in [1, max_value] (and <= ood_max_value).
-      max_value: largest number the tool may produce, in [1, 99].
+      max_value: M, largest number the tool may produce (and the action table covers), in
+        [1, 99].
       min_target: smallest target, in [0, max_value]; some target in range must be reachable.
       progress_reward: potential-based process reward c, >= 0 (0 = off).
       invalid_penalty: subtracted on an invalid turn, >= 0.
@@ -252,61 +301,7 @@ class Countdown:
         num_candidates: int = 64,
         tokenizer: text.Tokenizer | None = None,
     ):
-        for name, value in (("num_numbers", num_numbers), ("ood_num_numbers", ood_num_numbers)):
-            if not 2 <= value <= _MAX_NUMBERS:
-                raise ValueError(f"{name} must be in [2, {_MAX_NUMBERS}], got {value}")
-        for name, value in (("max_value", max_value), ("ood_max_value", ood_max_value)):
-            if not 1 <= value <= 99:
-                raise ValueError(f"{name} must be in [1, 99] (two-digit numbers), got {value}")
-        if not 1 <= max_start <= max_value:
-            raise ValueError(f"max_start must be in [1, max_value={max_value}], got {max_start}")
-        if max_start > ood_max_value:
-            raise ValueError(
-                f"max_start must be <= ood_max_value={ood_max_value} (the ood env's starting "
-                f"numbers), got {max_start}"
-            )
-        if not 0 <= min_target <= max_value:
-            raise ValueError(f"min_target must be in [0, max_value={max_value}], got {min_target}")
-        ood_min = max_value + 1 if ood_min_target is None else ood_min_target
-        if not 0 <= ood_min <= ood_max_value:
-            raise ValueError(
-                f"ood_min_target must be in [0, ood_max_value={ood_max_value}], got {ood_min} "
-                "(None means max_value + 1)"
-            )
-        base.check_test_fraction(test_fraction)
-        if num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {num_candidates}")
-        base.check_nonnegative("progress_reward", progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("goal_reward", goal_reward)
-        self._kwargs = dict(
-            num_numbers=num_numbers,
-            max_start=max_start,
-            max_value=max_value,
-            min_target=min_target,
-            progress_reward=progress_reward,
-            invalid_penalty=invalid_penalty,
-            goal_reward=goal_reward,
-            test_fraction=test_fraction,
-            ood_num_numbers=ood_num_numbers,
-            ood_max_value=ood_max_value,
-            ood_min_target=ood_min_target,
-            num_candidates=num_candidates,
-            tokenizer=tokenizer,
-        )
-        self.tokenizer = text.BuiltinTokenizer() if tokenizer is None else tokenizer
-        self.num_numbers = num_numbers
-        self.max_start = max_start
-        self.max_value = max_value
-        self.min_target = min_target
-        self.progress_reward = progress_reward
-        self.invalid_penalty = invalid_penalty
-        self.goal_reward = goal_reward
-        self.test_threshold = int(round(test_fraction * 1000))
-        self.ood_num_numbers = ood_num_numbers
-        self.ood_max_value = ood_max_value
-        self.ood_min_target = ood_min
-        self.num_candidates = num_candidates
+        super().__init__(base.settings(CountdownConfig, locals()), tokenizer)
         self._fallback = self._find_fallback()
 
         m = max_value + 1
@@ -319,7 +314,7 @@ class Countdown:
                     actions[f"calc {a} {op} {b}"] = f"calc {a} {op} {b}"
         for value in range(m):
             actions[f"answer {value}"] = f"answer {value}"
-        self._actions = text.FragmentTable.build(self.tokenizer, actions)
+        self.action_table = text.FragmentTable.build(self.tokenizer, actions)
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
@@ -352,40 +347,36 @@ class Countdown:
         calc_line = 3 * num_len + op_len + length("eq") + length("nl")
         invalid_line = max(length(k) for k in ("invalid", "unavailable", "range"))
         answer_line = max(length(k) for k in ("won", "wrong", "unmade"))
-        self.max_action_len = int(self._actions.lengths.max())
+        self.max_action_len = int(self.action_table.lengths.max())
         self.max_obs_len = max(calc_line + held, invalid_line + held, answer_line) + length("end")
         self.max_prompt_len = (
             length("intro") + length("target") + num_len + length("nl") + held + length("end")
         )
 
-    def default_params(self, split: str = "train") -> CountdownParams:
-        """Params selecting the task class `split` ("ood": either class) for this env."""
-        return CountdownParams(split=jnp.asarray(_split_id(split), jnp.int32))
+    def ood_config(self) -> CountdownConfig:
+        """More numbers and larger targets: `ood_num_numbers`, `ood_max_value` and targets
+        from `ood_min_target`."""
+        c = self.config
+        ood_min = c.resolved_ood_min_target
+        return dataclasses.replace(
+            c,
+            num_numbers=c.ood_num_numbers,
+            max_value=c.ood_max_value,
+            min_target=ood_min,
+            ood_min_target=ood_min,
+        )
 
-    def make_split(self, split: str) -> tuple[Countdown, CountdownParams]:
-        """(env, params) for "train", "test" or "ood" (a new env: more numbers, larger targets)."""
-        _split_id(split)
-        env = self
-        if split == "ood":
-            ood = dict(
-                num_numbers=self.ood_num_numbers,
-                max_value=self.ood_max_value,
-                min_target=self.ood_min_target,
-                ood_min_target=self.ood_min_target,
-                tokenizer=self.tokenizer,
-            )
-            env = Countdown(**{**self._kwargs, **ood})
-        return env, env.default_params(split)
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        return (self.action_table, self._frags)
 
-    def reset(self, key: jax.Array, params: CountdownParams) -> tuple[CountdownState, TimeStep]:
+    def reset_env(
+        self, key: jax.Array, params: CountdownParams
+    ) -> tuple[CountdownState, jax.Array, jax.Array]:
         """Draws a solvable task of the params' class.
 
-        Args:
-          key: typed PRNG key.
-          params: `CountdownParams`.
-
         Returns:
-          The state and a TimeStep whose obs_tokens int32[P] hold the rules, target and numbers.
+          The state, obs_tokens int32[P] holding the rules, target and numbers, and obs_len
+          int32[].
         """
         numbers, target = self._generate(key, params.split)
         state = CountdownState(numbers=numbers, target=target, done=jnp.zeros((), bool))
@@ -401,17 +392,9 @@ class Countdown:
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_prompt_len
         )
-        return state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=jnp.zeros((), jnp.float32),
-            done=jnp.zeros((), bool),
-            anchor=self.anchor(state),
-            valid_action=jnp.ones((), bool),
-            success=jnp.zeros((), bool),
-        )
+        return state, obs, obs_len
 
-    def step(
+    def step_env(
         self,
         key: jax.Array,
         state: CountdownState,
@@ -423,18 +406,18 @@ class Countdown:
 
         Args:
           key: typed PRNG key (unused: the dynamics are deterministic).
-          state: current `CountdownState`.
+          state: current `CountdownState`, not done.
           action_tokens: int32[A] action tokens, end-of-action excluded.
           action_len: int32[] number of valid action tokens.
           params: `CountdownParams` (unused by the dynamics).
 
         Returns:
-          The next state and a TimeStep with obs_tokens int32[O]; absorbing once done.
+          The next state and a TimeStep with obs_tokens int32[O].
         """
         del key, params
-        state = jax.tree.map(jnp.asarray, state)  # host (numpy) states work eagerly too
-        m = self.max_value + 1
-        action = text.match_action(self._actions, action_tokens, action_len)
+        c = self.config
+        m = c.max_value + 1
+        action = text.match_action(self.action_table, action_tokens, action_len)
         is_calc = (action >= 0) & (action < self.num_calcs)
         is_answer = action >= self.num_calcs
         calc = jnp.clip(action, 0, self.num_calcs - 1)
@@ -442,13 +425,13 @@ class Countdown:
         value = action - self.num_calcs
 
         numbers = state.numbers
-        slots = jnp.arange(self.num_numbers)
+        slots = jnp.arange(c.num_numbers)
         first = jnp.argmax(numbers == a)
         second_mask = (numbers == b) & (slots != first)
         second = jnp.argmax(second_mask)
         available = jnp.any(numbers == a) & jnp.any(second_mask)
         result = jnp.where(op == 0, a + b, jnp.where(op == 1, a - b, a * b))
-        in_range = (result >= 0) & (result <= self.max_value)
+        in_range = (result >= 0) & (result <= c.max_value)
         calc_ok = is_calc & available & in_range
         combined = canonical(
             jnp.where(slots == first, result, jnp.where(slots == second, EMPTY, numbers))
@@ -456,17 +439,15 @@ class Countdown:
         new_numbers = jnp.where(calc_ok, combined, numbers)
 
         held = jnp.any(numbers == state.target)
-        made = jnp.sum(numbers >= 0) < self.num_numbers
+        made = jnp.sum(numbers >= 0) < c.num_numbers
         won = is_answer & (value == state.target) & held & made
         new_state = state.replace(numbers=new_numbers, done=is_answer)
 
         valid = calc_ok | is_answer
-        reward = jnp.where(valid, 0.0, -self.invalid_penalty) + jnp.where(
-            won, self.goal_reward, 0.0
-        )
-        if self.progress_reward:
-            dist = lambda x: calc_distance(x, state.target, self.max_value)  # noqa: E731
-            reward = reward + self.progress_reward * (dist(numbers) - dist(new_numbers))
+        reward = jnp.where(valid, 0.0, -c.invalid_penalty) + jnp.where(won, c.goal_reward, 0.0)
+        if c.progress_reward:
+            dist = lambda x: calc_distance(x, state.target, c.max_value)  # noqa: E731
+            reward = reward + c.progress_reward * (dist(numbers) - dist(new_numbers))
 
         frag = self._frags.id
         none = -jnp.ones((_LINE - 1,), jnp.int32)
@@ -490,7 +471,7 @@ class Countdown:
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        timestep = TimeStep(
+        return new_state, TimeStep(
             obs_tokens=obs,
             obs_len=obs_len,
             reward=reward.astype(jnp.float32),
@@ -499,8 +480,6 @@ class Countdown:
             valid_action=valid,
             success=won,
         )
-        frozen = base.empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
-        return base.absorbing(state.done, (state, frozen), (new_state, timestep))
 
     def anchor(self, state: CountdownState) -> jax.Array:
         """uint32[] hash of (numbers held, target, done): the whole state."""
@@ -517,14 +496,16 @@ class Countdown:
     def _held_ids(self, numbers: jax.Array) -> jax.Array:
         """int32[1 + 2N] fragment ids of "left: a , b , c" (used slots contribute nothing)."""
         alive = numbers >= 0
-        commas = jnp.where(alive & (jnp.arange(self.num_numbers) > 0), self._frags.id("comma"), -1)
+        after_first = jnp.arange(self.config.num_numbers) > 0
+        commas = jnp.where(alive & after_first, self._frags.id("comma"), -1)
         values = jnp.where(alive, numbers, -1)
         pairs = jnp.stack([commas, values], axis=1).ravel()
         return jnp.concatenate([jnp.asarray([self._frags.id("left")]), pairs]).astype(jnp.int32)
 
     @property
     def _bits_per_candidate(self) -> int:
-        return self.num_numbers + 3 * (self.num_numbers - 1)
+        n = self.config.num_numbers
+        return n + 3 * (n - 1)
 
     def _candidate(self, bits: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """One random task by combining all starting numbers (may not qualify).
@@ -536,8 +517,8 @@ class Countdown:
           (start int32[N] canonical starting numbers, target int32[], in_range bool[] every
           intermediate result was at most max_value).
         """
-        n = self.num_numbers
-        numbers = (1 + bits[:n] % self.max_start).astype(jnp.int32)
+        n, c = self.config.num_numbers, self.config
+        numbers = (1 + bits[:n] % c.max_start).astype(jnp.int32)
         start = numbers
         slots = jnp.arange(n)
         in_range = jnp.ones((), bool)
@@ -553,7 +534,7 @@ class Countdown:
             y = jnp.sum(jnp.where(slots == j, numbers, 0))
             op = pick[2] % 3
             result = jnp.where(op == 0, x + y, jnp.where(op == 1, jnp.abs(x - y), x * y))
-            in_range = in_range & (result <= self.max_value)
+            in_range = in_range & (result <= c.max_value)
             # lo <- result, hi <- the last live number, the last live slot <- EMPTY (lo < hi).
             lo, hi = jnp.minimum(i, j), jnp.maximum(i, j)
             moved = jnp.where(slots == hi, numbers[live - 1], numbers)
@@ -562,74 +543,67 @@ class Countdown:
         return canonical(start), numbers[0], in_range
 
     def _generate(self, key: jax.Array, split: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(int32[N] starting numbers, int32[] target) of the split's class (while_loop rounds)."""
+        """(int32[N] starting numbers, int32[] target) of the split's class (`_MAX_ROUNDS`
+        rounds of `num_candidates` candidates; the fixed fallback task if none qualifies)."""
+        c = self.config
 
         def _qualifies(start, target, in_range):
-            fits = in_range & (target >= self.min_target) & (target <= self.max_value)
-            in_class = base.in_split_class(task_hash(start, target), self.test_threshold, split)
+            fits = in_range & (target >= c.min_target) & (target <= c.max_value)
+            in_class = self.in_split(task_hash(start, target), split)
             return fits & ~jnp.any(start == target) & in_class
 
-        def _round(carry):
-            round_index, _, best = carry
-            shape = (self.num_candidates, self._bits_per_candidate)
-            bits = jax.random.bits(jax.random.fold_in(key, round_index), shape, jnp.uint32)
+        def _candidates(bits):
             start, target, in_range = jax.vmap(self._candidate)(bits)
-            ok = jax.vmap(_qualifies)(start, target, in_range)
-            found = ok.any()
-            pick = jnp.argmax(ok)
-            chosen = (start[pick], target[pick])
-            best = jax.tree.map(lambda b, c: jnp.where(found, c, b), best, chosen)
-            return round_index + 1, found, best
+            return (start, target), jax.vmap(_qualifies)(start, target, in_range)
 
         fallback_numbers, fallback_target = self._fallback
-        init = (
-            jnp.zeros((), jnp.int32),
-            jnp.zeros((), bool),
+        return base.first_qualifying(
+            key,
+            _candidates,
             (jnp.asarray(fallback_numbers, jnp.int32), jnp.asarray(fallback_target, jnp.int32)),
+            num_candidates=c.num_candidates,
+            bits_per_candidate=self._bits_per_candidate,
+            max_rounds=_MAX_ROUNDS,
         )
-        _, _, task = jax.lax.while_loop(lambda c: ~c[1] & (c[0] < _MAX_ROUNDS), _round, init)
-        return task
 
     def _find_fallback(self) -> tuple[np.ndarray, int]:
         """A fixed solvable task for the astronomically rare exhausted generation (host side)."""
-        n = self.num_numbers
+        c = self.config
+        n = c.num_numbers
         tries = itertools.islice(
-            itertools.combinations_with_replacement(range(self.max_start, 0, -1), n), 200
+            itertools.combinations_with_replacement(range(c.max_start, 0, -1), n), 200
         )
         for numbers in tries:
             targets = [
                 v
-                for v in _reachable(numbers, self.max_value)
-                if self.min_target <= v <= self.max_value and v not in numbers
+                for v in _reachable(numbers, c.max_value)
+                if c.min_target <= v <= c.max_value and v not in numbers
             ]
             if targets:
                 return np.array(sorted(numbers), np.int32), max(targets)
         raise ValueError(
-            f"no task with a target in [min_target={self.min_target}, max_value="
-            f"{self.max_value}] is reachable from {n} numbers in 1..{self.max_start}; "
+            f"no task with a target in [min_target={c.min_target}, max_value="
+            f"{c.max_value}] is reachable from {n} numbers in 1..{c.max_start}; "
             "lower min_target or raise max_value / max_start"
         )
 
     def calc_action(self, a: int, op: str, b: int) -> int:
         """Action id of "calc a op b" (op one of "+", "-", "*"; a, b in 0..max_value)."""
-        m = self.max_value + 1
+        m = self.config.max_value + 1
         if op not in OPS or not (0 <= a < m and 0 <= b < m):
             raise ValueError(f"no action 'calc {a} {op} {b}'; allowed: ops {OPS}, 0..{m - 1}")
         return (OPS.index(op) * m + a) * m + b
 
     def answer_action(self, value: int) -> int:
         """Action id of "answer value" (value in 0..max_value)."""
-        if not 0 <= value <= self.max_value:
-            raise ValueError(f"no action 'answer {value}'; allowed: 0..{self.max_value}")
+        max_value = self.config.max_value
+        if not 0 <= value <= max_value:
+            raise ValueError(f"no action 'answer {value}'; allowed: 0..{max_value}")
         return self.num_calcs + value
-
-    def action_tokens(self, action: int) -> np.ndarray:
-        """int32[len] tokens of action id `action` (see `calc_action`, `answer_action`)."""
-        return self._actions.tokens[action, : self._actions.lengths[action]].copy()
 
     def action_text(self, action: int) -> str:
         """The string of action id `action`, e.g. "calc 3 * 5" (host side)."""
-        return self._actions.names[action]
+        return self.action_table.names[action]
 
     def render(self, state: CountdownState) -> str:
         """The target and the numbers held as text (host side)."""
@@ -642,11 +616,12 @@ class Countdown:
         self, numbers: list[int], target: int, done: bool = False
     ) -> CountdownState:
         """Builds a state holding `numbers` (at most N, each in 0..max_value) with `target`."""
-        if not 1 <= len(numbers) <= self.num_numbers:
-            raise ValueError(f"expected 1..{self.num_numbers} numbers, got {numbers}")
-        if not all(0 <= v <= self.max_value for v in [*numbers, target]):
-            raise ValueError(f"numbers and target must be in 0..{self.max_value}")
-        padded = sorted(numbers) + [EMPTY] * (self.num_numbers - len(numbers))
+        n, max_value = self.config.num_numbers, self.config.max_value
+        if not 1 <= len(numbers) <= n:
+            raise ValueError(f"expected 1..{n} numbers, got {numbers}")
+        if not all(0 <= v <= max_value for v in [*numbers, target]):
+            raise ValueError(f"numbers and target must be in 0..{max_value}")
+        padded = sorted(numbers) + [EMPTY] * (n - len(numbers))
         return CountdownState(
             numbers=jnp.asarray(padded, jnp.int32),
             target=jnp.asarray(target, jnp.int32),
@@ -663,7 +638,7 @@ class Countdown:
             return []
         numbers = tuple(int(v) for v in np.asarray(jax.device_get(state.numbers)) if v >= 0)
         target = int(state.target)
-        plan = solve(numbers, target, self.max_value, self.num_numbers)
+        plan = solve(numbers, target, self.config.max_value, self.config.num_numbers)
         if plan is None:
             return None
         return [self.calc_action(*calc) for calc in plan] + [self.answer_action(target)]

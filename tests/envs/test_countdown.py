@@ -110,7 +110,8 @@ def test_countdown__registered_with_builtin_sizes():
     assert isinstance(env, countdown.Countdown)
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (56, 26, 6)
     assert env.num_actions == 3 * 31 * 31 + 31 == 2914
-    assert (OOD_ENV.num_numbers, OOD_ENV.max_value, OOD_ENV.min_target) == (4, 60, 31)
+    ood = OOD_ENV.config
+    assert (ood.num_numbers, ood.max_value, ood.min_target) == (4, 60, 31)
     assert (OOD_ENV.max_prompt_len, OOD_ENV.max_obs_len, OOD_ENV.max_action_len) == (59, 29, 6)
     assert OOD_ENV.num_actions == 3 * 61 * 61 + 61
     assert env.action_text(env.calc_action(3, "*", 5)) == "calc 3 * 5"
@@ -258,9 +259,9 @@ def test_countdown__oracle_solves_every_generated_task_closed_loop(split):
     for seed in range(4):  # 256 tasks per split
         states, _ = batched.reset(batched.keys(100 + seed), params)
         plan_lens = [len(env.oracle_actions(_index(states, i))) for i in range(B)]
-        dist = _distance(states.numbers, states.target, env.max_value)
+        dist = _distance(states.numbers, states.target, env.config.max_value)
         np.testing.assert_array_equal(np.asarray(plan_lens), dist + 1)  # calcs + answer
-        final, steps = _closed_loop(batched, states, params, env.num_numbers + 1)
+        final, steps = _closed_loop(batched, states, params, env.config.num_numbers + 1)
         assert np.asarray(final.done).all()
         success = np.stack([np.asarray(t.success) for t in steps], axis=1)
         rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
@@ -273,7 +274,7 @@ def test_countdown__oracle_solves_every_generated_task_closed_loop(split):
 def test_countdown__shaped_oracle_return_is_goal_plus_c_times_distance():
     states, _ = BATCHED.reset(BATCHED.keys(7), TRAIN)  # SHAPED generates the same tasks
     dist = _distance(states.numbers, states.target, 30)
-    final, steps = _closed_loop(BATCHED_SHAPED, states, TRAIN, SHAPED.num_numbers + 1)
+    final, steps = _closed_loop(BATCHED_SHAPED, states, TRAIN, SHAPED.config.num_numbers + 1)
     assert np.asarray(final.done).all()
     rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
     np.testing.assert_allclose(rewards.sum(axis=1), 1.0 + 0.1 * dist, rtol=1e-5)
@@ -402,7 +403,8 @@ def test_countdown__config_builds_a_matching_rollout():
     assert c.rollout.max_action_len >= env.max_action_len + 1
     ood_env, _ = env.make_split("ood")
     assert c.rollout.max_action_len >= ood_env.max_action_len + 1
-    assert c.rollout.max_turns > env.num_numbers and c.train.ood_max_turns > ood_env.num_numbers
+    assert c.rollout.max_turns > env.config.num_numbers
+    assert c.train.ood_max_turns > ood_env.config.num_numbers
     assert config.get_config("ppo_gae").model.value_head == "shared"
     names = {w for table in text.env_fragment_tables(env) for w in table.names}
     assert "calc 30 * 30" in names
