@@ -127,16 +127,16 @@ def test_web_shop__registered_with_builtin_sizes():
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (94, 191, 8)
     assert env.num_actions == 20 + 16 + 5 + 2 == len(set(env.actions))
     assert "search cotton" in env.actions and "search red shirt" not in env.actions
-    assert (OOD_ENV.min_required_attrs, OOD_ENV.max_required_attrs) == (2, 2)
+    assert (OOD_ENV.config.min_required_attrs, OOD_ENV.config.max_required_attrs) == (2, 2)
 
 
 def test_web_shop__prompt_is_instruction_actions_and_search_page():
     states, ts = BATCHED.reset(BATCHED.keys(1), TRAIN)
     state = _index(states, 0)
-    expected = ENV._instruction_text(state) + "\n" + web_shop._HELP + "[search]\n"
+    expected = web_shop.host.instruction_text(state) + "\n" + web_shop.HELP + "[search]\n"
     _assert_output(np.asarray(ts.obs_tokens[0])[: int(ts.obs_len[0])], expected)
     hand = ENV.state_from_text(CATALOGUE, INSTRUCTION)
-    assert ENV._instruction_text(hand) == INSTRUCTION
+    assert web_shop.host.instruction_text(hand) == INSTRUCTION
 
 
 def test_web_shop__search_click_select_back_pages():
@@ -221,7 +221,7 @@ def test_web_shop__invalid_actions_are_penalised_and_change_nothing():
     start = ENV.state_from_text(CATALOGUE, INSTRUCTION)
     for action in ("search shirt red", "click", "select xxl", "buy now", "click [b03]", ""):
         ((state, ts, obs),) = _run([action])
-        _assert_output(obs, web_shop._MESSAGES["invalid"] + "[search]\n")
+        _assert_output(obs, web_shop.MESSAGES["invalid"] + "[search]\n")
         assert not ts.valid_action and not ts.done and ts.reward == pytest.approx(-0.05)
         jax.tree.map(np.testing.assert_array_equal, state, start)
 
@@ -257,10 +257,12 @@ def _check_catalogues(env, states, num_required):
     required = (np.asarray(s.goal_attrs) >= 0).sum(axis=1)
     assert set(required.tolist()) == set(num_required)
     good = np.asarray(jax.vmap(web_shop.matches)(states))
-    query = jax.vmap(env._oracle_query)(states)
-    listed = jax.vmap(lambda st, q: web_shop.search_results(st, q, env.max_results))(states, query)
+    query = jax.vmap(web_shop.generator.oracle_query)(states)
+    listed = jax.vmap(lambda st, q: web_shop.search_results(st, q, env.config.max_results))(
+        states, query
+    )
     assert (good & (np.asarray(listed) >= 0)).any(axis=1).all()
-    assert ((np.asarray(listed) >= 0).sum(axis=1) <= env.max_results).all()
+    assert ((np.asarray(listed) >= 0).sum(axis=1) <= env.config.max_results).all()
     assert not np.asarray(s.done).any() and (np.asarray(s.page) == web_shop.HOME).all()
 
 
@@ -313,7 +315,7 @@ def test_web_shop__oracle_plan_uses_only_what_pages_showed():
 
 
 def _task_bytes(states):
-    words = jax.vmap(lambda s: web_shop._words(*web_shop._task_fields(s)))(states)
+    words = jax.vmap(lambda s: web_shop.int_words(*web_shop.task_fields(s)))(states)
     return [bytes(np.asarray(w)) for w in words]
 
 
