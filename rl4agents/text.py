@@ -201,8 +201,16 @@ def hash_u32(x: jax.Array) -> jax.Array:
 
 
 def env_fragment_tables(env) -> list[FragmentTable]:
-    """Every FragmentTable an environment holds (its complete text surface)."""
-    return [v for v in vars(env).values() if isinstance(v, FragmentTable)]
+    """Every FragmentTable an environment encodes text with (its complete text surface), as
+    it declares them (`fragment_tables()` of the environment protocol, `envs.base`)."""
+    tables = list(env.fragment_tables())
+    for table in tables:
+        if not isinstance(table, FragmentTable):
+            raise TypeError(
+                f"{type(env).__name__}.fragment_tables() must return FragmentTables, got "
+                f"{type(table).__name__}"
+            )
+    return tables
 
 
 def minimal_tokenizer(env) -> BuiltinTokenizer:
