@@ -2,25 +2,30 @@
 
 For each name in `registry.names()`: static sizes, splits, jitted and vmapped reset/step that trace
 once, PAD-padded observations within their static lengths, finite rewards, and absorbing `done`.
-Episodes mix the env's valid actions (when it exposes `num_actions` and `action_tokens`) with
-random token strings, so they both terminate and exercise the invalid-action path.
+Every env declares the whole protocol (`envs.base.Environment`), with its settings in one
+place: the constructor's defaults are its settings dataclass's. Episodes mix the env's valid
+actions (`num_actions`, `action_tokens`) with random token strings, so they both terminate and
+exercise the invalid-action path.
 """
+
+import dataclasses
+import inspect
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl4agents import envs
-from rl4agents.envs import registry
+from rl4agents import envs, text
+from rl4agents.envs import base, registry
 
 B = 16  # episodes
 K = 48  # turns
 
 
 def _valid_action_table(env, width):
-    """int32[N, width] tokens and int32[N] lengths of the env's valid actions (N may be 0)."""
-    num = getattr(env, "num_actions", 0) if hasattr(env, "action_tokens") else 0
+    """int32[N, width] tokens and int32[N] lengths of the env's valid actions."""
+    num = env.num_actions
     tokens = np.full((max(num, 1), width), env.tokenizer.pad_id, np.int32)
     lengths = np.zeros((max(num, 1),), np.int32)
     for i in range(num):
@@ -61,6 +66,25 @@ def test_envs_package__reexports_registry():
     assert {"frozen_lake", "sokoban"} <= set(registry.names())
     with pytest.raises(KeyError, match="known environments"):
         registry.make("no_such_env")
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_env_contract__declares_the_protocol_and_one_set_of_settings(name):
+    env = registry.make(name)
+    assert isinstance(env, base.Environment) and isinstance(env, base.TextEnv)
+    assert isinstance(env.num_actions, int) and env.num_actions > 0
+    for action in (0, env.num_actions - 1):
+        assert 1 <= len(env.action_tokens(action)) <= env.max_action_len
+    tables = env.fragment_tables()
+    assert tables and all(isinstance(t, text.FragmentTable) for t in tables)
+    # The constructor's keyword arguments are the settings dataclass's fields, same defaults.
+    params = inspect.signature(type(env)).parameters
+    signature = {k: p.default for k, p in params.items() if k != "tokenizer"}
+    fields = {f.name: f.default for f in dataclasses.fields(env.config)}
+    assert signature == fields
+    assert dataclasses.asdict(env.config) == fields  # built from the defaults
+    ood_env, _ = env.make_split("ood")
+    assert type(ood_env) is type(env) and ood_env.config == env.ood_config()
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -127,8 +151,7 @@ def test_env_contract__random_episodes_are_wellformed_and_absorbing(name):
     ):
         b, a = np.asarray(leaf_before)[was_done], np.asarray(leaf_after)[was_done]
         np.testing.assert_array_equal(a, b)
-    if getattr(env, "num_actions", 0):
-        assert done.any(axis=1).sum() >= 2, done.any(axis=1)  # so absorption is exercised
+    assert done.any(axis=1).sum() >= 2, done.any(axis=1)  # so absorption is exercised
     decoded = env.tokenizer.decode(np.asarray(first.obs_tokens[0]))
     assert isinstance(decoded, str) and decoded
     state0 = jax.tree.map(lambda x: np.asarray(x)[0, 0], before)

@@ -34,7 +34,7 @@ def _setup(name: str, split: str):
     """The split's env and params, its valid-action table, and a jitted K-turn episode."""
     env, params = registry.make(name).make_split(split)
     width = env.max_action_len + 2  # longer than any valid action: overlong strings too
-    num = getattr(env, "num_actions", 0) if hasattr(env, "action_tokens") else 0
+    num = env.num_actions
     table = [list(np.asarray(env.action_tokens(i))) for i in range(num)]
 
     def episode(key, tokens, lengths):
