@@ -33,6 +33,7 @@ from rl4agents import envs, sharding, text
 from rl4agents.envs import base as base_env
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
+from rl4agents.train import objective as objective_lib
 from rl4agents.train import step as step_lib
 from rl4agents.types import TimeStep
 
@@ -163,7 +164,7 @@ def _p_good_fn(exp):
     return p_good
 
 
-def _observation_masked(batch: step_lib.Batch, state, cfg) -> step_lib.Batch:
+def _observation_masked(batch: objective_lib.Batch, state, cfg) -> objective_lib.Batch:
     """The update's batch moved onto the observation tokens: each episode's advantage,
     on-policy old log-probs and the loss mask on its valid non-action slots after BOS (here
     the prompt and the first reply), every slot scored. The negative control's masking bug."""
@@ -194,7 +195,7 @@ def _corruptible_step(cfg: step_lib.StepConfig):
             out = cfg.credit_fn(traj, values)
             return out._replace(advantages=jnp.where(flip_sign, -out.advantages, out.advantages))
 
-        prepare_batch = step_lib.prepare_batch
+        prepare_batch = objective_lib.prepare_batch
 
         def prepare(state, traj, cfg, rows=None):
             batch, metrics = prepare_batch(state, traj, cfg, rows)
@@ -205,7 +206,7 @@ def _corruptible_step(cfg: step_lib.StepConfig):
 
         # `update` looks `prepare_batch` up when this function is traced (its first call)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(step_lib, "prepare_batch", prepare)
+            patch.setattr(objective_lib, "prepare_batch", prepare)
             return step_lib.train_step(
                 state, key_root, dataclasses.replace(cfg, credit_fn=credit_fn)
             )

@@ -6,7 +6,7 @@ import numpy as np
 
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
-from rl4agents.train import step as step_lib
+from rl4agents.train import objective as objective_lib
 from tests.train.test_train import tiny_config
 
 
@@ -24,7 +24,7 @@ def test_loss__ignores_everything_off_the_action_mask():
         traj = rollout_lib.rollout(
             jax.random.key(1), cfg.graphdef, state.params, cfg.env, cfg.env_params, cfg.rollout
         )
-        return step_lib.prepare_batch(state, traj, cfg)[0]
+        return objective_lib.prepare_batch(state, traj, cfg)[0]
 
     batch = make_batch(state)
     off = ~batch.action_mask
@@ -37,7 +37,7 @@ def test_loss__ignores_everything_off_the_action_mask():
         values_old=jnp.where(off, noise, batch.values_old),
         logp_ref=jnp.where(off, noise, batch.logp_ref),
     )
-    grad_fn = jax.jit(jax.grad(lambda p, b: step_lib.loss_fn(p, b, cfg), has_aux=True))
+    grad_fn = jax.jit(jax.grad(lambda p, b: objective_lib.loss_fn(p, b, cfg), has_aux=True))
     g1, m1 = grad_fn(state.params, batch)
     g2, m2 = grad_fn(state.params, junk)
     np.testing.assert_allclose(float(m1["loss"]), float(m2["loss"]), rtol=1e-6)

@@ -30,7 +30,9 @@ from rl4agents import credit
 from rl4agents.credit import token as credit_token
 from rl4agents.envs import probes
 from rl4agents.envs import registry as env_registry
+from rl4agents.train import objective as objective_lib
 from rl4agents.train import step as step_lib
+from rl4agents.train import views as views_lib
 from tests.credit.conftest import build_full, episodes_traj, regroup, run_credit
 from tests.train.test_step_options import (
     MAX_GEN,
@@ -150,7 +152,7 @@ def test_dynamic_sampling_with_rloo__kept_groups_keep_leave_one_out_advantages()
         credit_fn=functools.partial(credit.get("rloo")),
         sampling=step_lib.SamplingConfig(dynamic=True, max_gen_batches=MAX_GEN),
     )
-    batch, _ = jax.jit(lambda s, t: step_lib.prepare_batch(s, t, cfg))(base_state(), traj)
+    batch, _ = jax.jit(lambda s, t: objective_lib.prepare_batch(s, t, cfg))(base_state(), traj)
     g = cfg.rollout.group_size
     adv = _per_episode(traj, _on_slots(batch.advantages, traj))
     scores = np.asarray(traj.outcome_reward, np.float64)
@@ -186,7 +188,7 @@ def _tied_batch():
         outcome_reward=jnp.zeros_like(traj.outcome_reward),
     )
     cfg = exp.step_cfg
-    batch, _ = jax.jit(lambda s, t: step_lib.prepare_batch(s, t, cfg))(state, traj)
+    batch, _ = jax.jit(lambda s, t: objective_lib.prepare_batch(s, t, cfg))(state, traj)
     return cfg, state, traj, batch
 
 
@@ -200,7 +202,7 @@ def test_zero_advantage_groups__still_train_their_kl_and_echo_terms():
 
     def grads(lc):
         c = dataclasses.replace(cfg, loss=lc)
-        grad_fn = jax.grad(step_lib.loss_fn, has_aux=True)
+        grad_fn = jax.grad(objective_lib.loss_fn, has_aux=True)
         g, m = jax.jit(lambda p, b: grad_fn(p, b, c))(state.params, batch)
         return float(jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree.leaves(g)))), m
 
@@ -289,8 +291,8 @@ def test_bootstrap_truncated__the_step_reads_the_value_after_the_final_observati
         cfg_off,
         credit_fn=functools.partial(credit.get("ppo_gae"), **{**hp, "bootstrap_truncated": True}),
     )
-    off, _ = jax.jit(lambda s, t: step_lib.prepare_batch(s, t, cfg_off))(state, traj)
-    on, metrics = jax.jit(lambda s, t: step_lib.prepare_batch(s, t, cfg_on))(state, traj)
+    off, _ = jax.jit(lambda s, t: objective_lib.prepare_batch(s, t, cfg_off))(state, traj)
+    on, metrics = jax.jit(lambda s, t: objective_lib.prepare_batch(s, t, cfg_on))(state, traj)
     model = nnx.merge(exp.step_cfg.graphdef, state.params)
     valid = traj.valid_mask
     positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
@@ -317,7 +319,7 @@ def test_bootstrap_truncated__window_context_is_refused():
     )
     assert credit_token.bootstraps_truncated(cfg.credit_fn)
     with pytest.raises(ValueError, match=r"bootstrap_truncated=True needs rollout.context='full'"):
-        step_lib.tail_credit(None, traj, cfg, True, 0, 1, None)
+        views_lib.tail_credit(None, traj, cfg, True, 0, 1, None)
 
 
 # --------------------------------------------------------------------------------------------

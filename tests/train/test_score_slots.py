@@ -21,7 +21,7 @@ from rl4agents import sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
-from rl4agents.train import step as step_lib
+from rl4agents.train import objective as objective_lib
 from tests.toy_env import RepeatDigit
 from tests.train.test_train import tiny_config
 
@@ -137,8 +137,8 @@ def test_loss_fn__scored_slots_give_the_full_pass_loss_and_gradients(overrides):
         traj, rows = rollout_lib.rollout_rows(
             key, cfg.graphdef, state.params, cfg.env, cfg.env_params, cfg.rollout
         )
-        batch, _ = step_lib.prepare_batch(state, traj, cfg, rows)
-        grad = jax.grad(step_lib.loss_fn, has_aux=True)
+        batch, _ = objective_lib.prepare_batch(state, traj, cfg, rows)
+        grad = jax.grad(objective_lib.loss_fn, has_aux=True)
         fast = grad(state.params, batch, cfg)
         slow = grad(state.params, batch._replace(score_slots=None), cfg)
         ref = nnx.merge(cfg.graphdef, state.ref_params)
@@ -173,8 +173,8 @@ def test_prepare_batch__echo_scores_every_slot():
         jax.random.key(0),
         state.params,
     )
-    batch, _ = jax.eval_shape(lambda s, t: step_lib.prepare_batch(s, t, cfg), state, traj)
+    batch, _ = jax.eval_shape(lambda s, t: objective_lib.prepare_batch(s, t, cfg), state, traj)
     assert batch.score_slots is None
     no_echo = dataclasses.replace(cfg, loss=dataclasses.replace(cfg.loss, echo_coef=0.0))
-    batch, _ = jax.eval_shape(lambda s, t: step_lib.prepare_batch(s, t, no_echo), state, traj)
+    batch, _ = jax.eval_shape(lambda s, t: objective_lib.prepare_batch(s, t, no_echo), state, traj)
     assert batch.score_slots.shape == (traj.tokens.shape[0], 3 * 2)

@@ -21,7 +21,7 @@ from rl4agents import sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
-from rl4agents.train import step as step_lib
+from rl4agents.train import views as views_lib
 from tests.toy_env import RepeatDigit
 from tests.train.test_score_slots import tiny_rollout
 from tests.train.test_train import tiny_config
@@ -152,19 +152,19 @@ def test_shared_prefix__only_on_full_history_rows_in_group_order():
     lay = rollout_lib.make_layout(cfg.env, cfg.rollout)
     g = cfg.rollout.group_size
     assert cfg.shared_prompt == lay.prompt > 0
-    assert step_lib.shared_prefix(cfg, full_batch=False) == (lay.prompt, g)
+    assert views_lib.shared_prefix(cfg, full_batch=False) == (lay.prompt, g)
     # minibatches and microbatches reorder or split the rows: the loss does not share
     for field, value in (("minibatches", 2), ("grad_accum", 2)):
         other = dataclasses.replace(cfg, **{field: value})
-        assert step_lib.shared_prefix(other, full_batch=False) == (0, 1)
-        assert step_lib.shared_prefix(other, full_batch=True) == (lay.prompt, g)
+        assert views_lib.shared_prefix(other, full_batch=False) == (0, 1)
+        assert views_lib.shared_prefix(other, full_batch=True) == (lay.prompt, g)
     window = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, context="window"))
-    assert step_lib.shared_prefix(window, full_batch=True) == (0, 1)
+    assert views_lib.shared_prefix(window, full_batch=True) == (0, 1)
     single = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, group_size=1))
-    assert step_lib.shared_prefix(single, full_batch=True) == (0, 1)  # nothing to share
+    assert views_lib.shared_prefix(single, full_batch=True) == (0, 1)  # nothing to share
     off = experiment.build(_config(**{"train.share_prompt": False}), mesh=mesh).step_cfg
     assert off.shared_prompt == 0
-    assert step_lib.shared_prefix(off, full_batch=True) == (0, 1)
+    assert views_lib.shared_prefix(off, full_batch=True) == (0, 1)
 
 
 # Slow (~20 s): the score-level tests above check that log-probs, entropies, values and

@@ -21,9 +21,14 @@ from flax import nnx
 
 from configs import base
 from rl4agents import credit, sharding
+from rl4agents.losses import aggregate as agg_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
+from rl4agents.train import microbatch as microbatch_lib
+from rl4agents.train import objective as objective_lib
+from rl4agents.train import sampling as sampling_lib
 from rl4agents.train import step as step_lib
+from rl4agents.train import views as views_lib
 from rl4agents.types import Trajectory
 
 # --------------------------------------------------------------------------------------------
@@ -101,12 +106,12 @@ def rollout_fn(rc: rollout_lib.RolloutConfig | None = None):
 
 def prepare_fn(cfg: step_lib.StepConfig):
     """jit `(state, traj) -> (Batch, adv metrics)` for `cfg`."""
-    return jax.jit(lambda state, traj: step_lib.prepare_batch(state, traj, cfg))
+    return jax.jit(lambda state, traj: objective_lib.prepare_batch(state, traj, cfg))
 
 
 def loss_fn(cfg: step_lib.StepConfig):
     """jit `(params, batch) -> (loss, metrics)` for `cfg`."""
-    return jax.jit(lambda params, batch: step_lib.loss_fn(params, batch, cfg))
+    return jax.jit(lambda params, batch: objective_lib.loss_fn(params, batch, cfg))
 
 
 @jax.jit
@@ -188,10 +193,12 @@ def hand_traj(lengths, rewards) -> Trajectory:
 
 
 def shaping_cfg(**shaping):
-    """The three attributes `shape_rewards` reads: shaping, an env and a rollout config."""
+    """The two attributes `shape_rewards` reads: shaping and the slot layout."""
     env = types.SimpleNamespace(max_prompt_len=0, max_obs_len=1, max_action_len=1)
     rc = rollout_lib.RolloutConfig(num_tasks=1, group_size=1, max_turns=K, max_action_len=A)
-    return types.SimpleNamespace(shaping=step_lib.ShapingConfig(**shaping), env=env, rollout=rc)
+    return types.SimpleNamespace(
+        shaping=step_lib.ShapingConfig(**shaping), layout=rollout_lib.make_layout(env, rc)
+    )
 
 
 LENGTHS = [[1, 3, 4], [4], [], [4, 4]]
@@ -202,7 +209,7 @@ def test_shape_rewards__per_turn_penalises_each_long_turn():
     # limit A = 4, buffer 2, factor 0.5: pen(L) = min(-(L - 2) / 2 * 0.5, 0)
     #   = 0, 0, -0.25, -0.5 for L = 1..4.
     cfg = shaping_cfg(overlong_buffer=2, overlong_factor=0.5, overlong_per="turn")
-    out = step_lib.shape_rewards(hand_traj(LENGTHS, REWARDS), cfg)
+    out = sampling_lib.shape_rewards(hand_traj(LENGTHS, REWARDS), cfg)
     expected = [[0.1, -0.05, -0.2], [-0.4, 0.0, 0.0], [0.0, 0.0, 0.0], [-0.5, 0.5, 0.0]]
     np.testing.assert_allclose(out.turn_rewards, expected, atol=1e-6)
     np.testing.assert_allclose(out.outcome_reward, [-0.15, -0.4, 0.0, 0.0], atol=1e-6)
@@ -212,7 +219,7 @@ def test_shape_rewards__per_episode_penalises_the_last_turn():
     # limit K * A = 12, buffer 6, factor 1: pen(total) = min(-(total - 6) / 6, 0) on the last
     # turn taken. Totals 8, 4, 0, 8 -> -1/3, 0, 0, -1/3.
     cfg = shaping_cfg(overlong_buffer=6, overlong_factor=1.0, overlong_per="episode")
-    out = step_lib.shape_rewards(hand_traj(LENGTHS, REWARDS), cfg)
+    out = sampling_lib.shape_rewards(hand_traj(LENGTHS, REWARDS), cfg)
     third = 1.0 / 3.0
     expected = [[0.1, 0.2, 0.3 - third], [0.1, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0 - third, 0.0]]
     np.testing.assert_allclose(out.turn_rewards, expected, atol=1e-6)
@@ -222,9 +229,8 @@ def test_shape_rewards__per_episode_penalises_the_last_turn():
 def test_shape_rewards__buffer_zero_is_identity():
     traj = hand_traj(LENGTHS, REWARDS)
     for per in ("turn", "episode"):
-        assert (
-            step_lib.shape_rewards(traj, shaping_cfg(overlong_buffer=0, overlong_per=per)) is traj
-        )
+        cfg = shaping_cfg(overlong_buffer=0, overlong_per=per)
+        assert sampling_lib.shape_rewards(traj, cfg) is traj
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,10 +241,11 @@ def test_informative_groups__marks_groups_whose_rewards_differ():
     traj = hand_traj([[1]] * 8, [[0.0]] * 8).replace(
         outcome_reward=jnp.asarray([1.0, 1.0, 0.0, 1.0, -0.5, -0.5, 0.0, 0.0])
     )
-    np.testing.assert_array_equal(step_lib.informative_groups(traj, 2), [False, True, False, False])
-    np.testing.assert_array_equal(step_lib.informative_groups(traj, 4), [True, True])
+    informative = sampling_lib.informative_groups
+    np.testing.assert_array_equal(informative(traj, 2), [False, True, False, False])
+    np.testing.assert_array_equal(informative(traj, 4), [True, True])
     # A group of one sample never differs from itself.
-    assert not np.asarray(step_lib.informative_groups(traj, 1)).any()
+    assert not np.asarray(sampling_lib.informative_groups(traj, 1)).any()
 
 
 def _expected_dynamic(batches, n, g, max_gen):
@@ -265,7 +272,7 @@ def dynamic_fn():
     """jit `(key, params) -> (Trajectory, metrics)` of `dynamic_rollout`, max 2 batches."""
     sampling = step_lib.SamplingConfig(dynamic=True, max_gen_batches=MAX_GEN)
     cfg = dataclasses.replace(base_exp().step_cfg, sampling=sampling)
-    return jax.jit(lambda key, params: step_lib.dynamic_rollout(key, params, cfg, None))
+    return jax.jit(lambda key, params: sampling_lib.dynamic_rollout(key, params, cfg, None))
 
 
 def test_dynamic_rollout__fills_groups_in_order_and_leaves_empty_slots():
@@ -376,7 +383,7 @@ def test_greedy_baseline__is_the_greedy_score_of_each_episodes_task():
     n, g = cfg.rollout.num_tasks, cfg.rollout.group_size
     greedy_rc = dataclasses.replace(cfg.rollout, group_size=1, greedy=True)
     baseline = jax.jit(
-        lambda key, params, traj: step_lib.greedy_baseline(key, params, traj, cfg, None)
+        lambda key, params, traj: sampling_lib.greedy_baseline(key, params, traj, cfg, None)
     )
     params = scaled(base_state().params, 4.0)
     distinct = set()
@@ -429,8 +436,8 @@ def echo_batches():
 def test_echo__train_length_is_the_full_trajectory():
     cfg = base_exp().step_cfg
     lay = rollout_lib.make_layout(cfg.env, cfg.rollout)
-    assert step_lib.train_length(variant(echo_coef=0.5)) == lay.length
-    assert step_lib.train_length(cfg) == lay.length - lay.obs
+    assert views_lib.train_length(variant(echo_coef=0.5)) == lay.length
+    assert views_lib.train_length(cfg) == lay.length - lay.obs
     traj, on, off, _ = echo_batches()
     assert traj.tokens.shape[1] == lay.length
     assert on.tokens.shape[1] == lay.length and off.tokens.shape[1] == lay.length - lay.obs
@@ -510,7 +517,7 @@ def test_train_step__tis_loss_matches_the_no_tis_loss():
     traj = rollout_fn()(step_rollout_key(exp), params)
     cfg = base_exp().step_cfg
     batch, _ = prepare_fn(cfg)(ref_state, traj)
-    grads, m = jax.jit(jax.grad(lambda p, b: step_lib.loss_fn(p, b, cfg), has_aux=True))(
+    grads, m = jax.jit(jax.grad(lambda p, b: objective_lib.loss_fn(p, b, cfg), has_aux=True))(
         params, batch
     )
     np.testing.assert_allclose(metrics["loss"], m["loss"], rtol=1e-4, atol=1e-6)
@@ -865,9 +872,10 @@ def test_train_step__every_credit_function_runs(name):
         assert "value_loss" in metrics
 
 
-@pytest.mark.parametrize(
-    "agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-)
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
 def test_grad_accum__microbatches_give_the_minibatch_update(agg):
     """Four microbatches of 2 episodes, accumulated: the update of one batch of 8, for every
     aggregation mode, with one episode's action tokens removed (an empty row) and unequal
@@ -896,14 +904,36 @@ def test_microbatch_weights__hand():
     mask = np.zeros((2, 2, 4), bool)
     mask[0, 0, :3] = True  # microbatch 0: 3 tokens in one row, one empty row
     mask[1, 0, :1] = mask[1, 1, :1] = True  # microbatch 1: 1 token in each of two rows
-    w = lambda agg: np.asarray(step_lib.microbatch_weights(jnp.asarray(mask), agg))  # noqa: E731
+    w = lambda agg: np.asarray(agg_lib.microbatch_weights(jnp.asarray(mask), agg))  # noqa: E731
     np.testing.assert_allclose(w("token-mean"), [0.6, 0.4])
     np.testing.assert_allclose(w("seq-mean-token-mean"), [1 / 3, 2 / 3])
     np.testing.assert_allclose(w("seq-mean-token-sum"), [1 / 3, 2 / 3])
     np.testing.assert_allclose(w("seq-mean-token-sum-norm"), [1.0, 1.0])
     np.testing.assert_allclose(
-        np.asarray(step_lib.microbatch_weights(jnp.zeros((2, 2, 4), bool), "token-mean")), 0.5
+        np.asarray(agg_lib.microbatch_weights(jnp.zeros((2, 2, 4), bool), "token-mean")), 0.5
     )
+
+
+def test_microbatch_weights__every_builtin_mode_declares_its_weighting():
+    from rl4agents.losses.registry import AGGREGATIONS
+
+    declared = {name: AGGREGATIONS.attr(name, "microbatch_weighting") for name in AGG_MODES}
+    assert declared == {
+        "token-mean": "tokens",
+        "seq-mean-token-sum": "rows",
+        "seq-mean-token-mean": "rows",
+        "seq-mean-token-sum-norm": "sum",
+    }
+    with pytest.raises(KeyError, match="no-such-mode"):
+        agg_lib.microbatch_weights(jnp.zeros((2, 2, 4), bool), "no-such-mode")
+
+
+def test_step_config__layout_is_the_rollout_layout_computed_once():
+    cfg = base_exp().step_cfg
+    assert cfg.layout == rollout_lib.make_layout(cfg.env, cfg.rollout)
+    assert cfg.layout is cfg.layout
+    window = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, context="window"))
+    assert window.layout == rollout_lib.make_layout(window.env, window.rollout)
 
 
 def test_accumulated_grads__loss_metrics_follow_the_gradient_and_means_stay_means():
@@ -920,17 +950,17 @@ def test_accumulated_grads__loss_metrics_follow_the_gradient_and_means_stay_mean
 
     cfg = variant(agg="seq-mean-token-sum-norm")
     cfg = dataclasses.replace(cfg, grad_accum=2, mesh=None)
-    grads, metrics = step_lib._accumulated_grads(grad_fn, None, batch, cfg)
+    grads, metrics = microbatch_lib.accumulated_grads(grad_fn, None, batch, cfg)
     np.testing.assert_allclose(grads["w"], 4.0)  # 3 + 1: the sums add up
     np.testing.assert_allclose(metrics["loss"], 0.8)  # the minibatch's sum / C
     np.testing.assert_allclose(metrics["pg_clipfrac"], 0.5)  # a mean stays a mean
 
 
-def base_batch_like(mask: np.ndarray) -> step_lib.Batch:
+def base_batch_like(mask: np.ndarray) -> objective_lib.Batch:
     """A Batch of zeros with `mask` as its action mask (for accumulation tests)."""
     b, t = mask.shape
     f = np.zeros((b, t), np.float32)
-    return step_lib.Batch(
+    return objective_lib.Batch(
         tokens=np.zeros((b, t), np.int32),
         valid_mask=mask,
         action_mask=mask,

@@ -8,7 +8,8 @@ import pytest
 from rl4agents import credit
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
-from rl4agents.train import step as step_lib
+from rl4agents.train import objective as objective_lib
+from rl4agents.train import sampling as sampling_lib
 from tests.train.test_train import tiny_config
 
 FAST = ["grpo", "ppo_gae"]
@@ -32,12 +33,12 @@ def _losses(name):
             key, wc.graphdef, state.params, wc.env, wc.env_params, wc.rollout
         )
         if credit.requires_greedy(name):
-            traj = step_lib.greedy_baseline(key, state.params, traj, wc, None)
-        b_full, _ = step_lib.prepare_batch(state, traj, fc)
-        b_win, _ = step_lib.prepare_batch(state, traj, wc, rows)
+            traj = sampling_lib.greedy_baseline(key, state.params, traj, wc, None)
+        b_full, _ = objective_lib.prepare_batch(state, traj, fc)
+        b_win, _ = objective_lib.prepare_batch(state, traj, wc, rows)
         return (
-            step_lib.loss_fn(state.params, b_full, fc)[1],
-            step_lib.loss_fn(state.params, b_win, wc)[1],
+            objective_lib.loss_fn(state.params, b_full, fc)[1],
+            objective_lib.loss_fn(state.params, b_win, wc)[1],
             b_win,
         )
 

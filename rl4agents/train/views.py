@@ -1,0 +1,136 @@
+"""Context views: the rows the update trains on, and how they map to the episodes' slots.
+
+Credit is assigned on the episodes (full-history slots, `Trajectory`); the update trains on
+`View` rows: the episodes cut to `train_length` slots (context="full", `full_view`) or the
+step rows the policy saw (context="window", `window_view`). Also here: which rows share their
+prompt in the teacher-forced passes (`shared_prefix`), and the credit of estimators that
+bootstrap truncated rows (`tail_credit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl4agents.credit import token as credit_token
+from rl4agents.rollout import rollout as rollout_lib
+from rl4agents.types import Trajectory
+
+if TYPE_CHECKING:
+    from rl4agents.train.step import StepConfig
+
+
+def shared_prefix(cfg: StepConfig, full_batch: bool) -> tuple[int, int]:
+    """(prefix, group) for `rollout.score` on the update's rows: the prompt is shared by each
+    run of G rows under context="full" when the rows are the whole batch in group order (every
+    pass of `prepare_batch`; the loss's pass with one minibatch and no microbatches). Else
+    (0, 1): no sharing."""
+    whole = full_batch or (cfg.minibatches == 1 and cfg.grad_accum == 1)
+    g = cfg.rollout.group_size
+    if cfg.shared_prompt and g > 1 and cfg.rollout.context == "full" and whole:
+        return cfg.shared_prompt, g
+    return 0, 1
+
+
+def train_length(cfg: StepConfig) -> int:
+    """Slots the update needs: everything up to the last action block (the final observation
+    block is never trained on by the policy loss, so it is left out of the forward pass),
+    or every slot when ECHO trains on observation tokens."""
+    lay = cfg.layout
+    return lay.length if cfg.loss.echo_coef > 0 else lay.length - lay.obs
+
+
+class View(NamedTuple):
+    """What the update trains on, as N rows of L slots, and the map to the episodes' slots.
+
+    context="full": the episodes themselves (N = B, L = `train_length`). context="window":
+    the step rows (N = B * K, L = the row length). Credit is always computed on the episodes'
+    full-history slots; `to_slots` / `from_slots` move per-slot values between the two (they
+    are exact on action slots, where every estimator's inputs and outputs live).
+    """
+
+    tokens: jax.Array  # int32[N, L]
+    valid: jax.Array  # bool[N, L]
+    action_mask: jax.Array  # bool[N, L]
+    logp_behavior: jax.Array  # f32[N, L]
+    obs_target: jax.Array  # bool[N, L]
+    turn_ids: jax.Array  # int32[N, L]
+    action_slots: np.ndarray  # int32[R] every slot of a row an action token can occupy
+    to_slots: Callable[[jax.Array], jax.Array]  # f32[N, L] -> f32[B, T]
+    from_slots: Callable[[jax.Array], jax.Array]  # f32[B, T] -> f32[N, L]
+
+
+def full_view(traj: Trajectory, cfg: StepConfig) -> View:
+    """The B episodes of `traj` cut to `train_length(cfg)` slots (context="full")."""
+    t_full, t_train = traj.tokens.shape[1], train_length(cfg)
+
+    def cut(x):
+        return x[:, :t_train]
+
+    return View(
+        tokens=cut(traj.tokens),
+        valid=cut(traj.valid_mask),
+        action_mask=cut(traj.action_mask),
+        logp_behavior=cut(traj.logp_behavior),
+        obs_target=cut(traj.obs_mask & traj.valid_mask & (traj.turn_ids >= 0)),
+        turn_ids=cut(traj.turn_ids),
+        action_slots=rollout_lib.action_slots(cfg.layout),
+        # the cut slots hold no action tokens
+        to_slots=lambda x: jnp.pad(x, ((0, 0), (0, t_full - t_train))),
+        from_slots=cut,
+    )
+
+
+def window_view(rows: rollout_lib.StepRows, cfg: StepConfig) -> View:
+    """The B x K step rows the policy saw under context="window", one row per turn."""
+    lay = cfg.layout
+    b, k, row_len = rows.tokens.shape
+
+    def flat(x):
+        return x.reshape(b * k, row_len)
+
+    turn = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None, :, None], rows.tokens.shape)
+    return View(
+        tokens=flat(rows.tokens),
+        valid=flat(rows.valid),
+        action_mask=flat(rows.action_mask),
+        logp_behavior=flat(rows.logp),
+        obs_target=flat(rows.obs_target),
+        turn_ids=flat(jnp.where(rows.action_mask, turn, -1)),
+        action_slots=np.arange(row_len - lay.action, row_len, dtype=np.int32),
+        to_slots=lambda x: rollout_lib.rows_to_slots(x.reshape(b, k, row_len), lay),
+        from_slots=lambda x: flat(rollout_lib.slots_to_rows(x, lay, row_len)),
+    )
+
+
+def tail_credit(model, traj: Trajectory, cfg: StepConfig, window: bool, prefix, group, shard):
+    """Credit for an estimator that bootstraps truncated rows (`bootstrap_truncated=True`).
+
+    Its values come from one more teacher-forced pass, over the whole trajectory plus one
+    padding slot (`credit.token.with_tail_slot`), so that every row holds the value of the
+    state after its final observation; advantages and returns are cut back to T slots.
+    """
+    if window:
+        raise ValueError(
+            "credit bootstrap_truncated=True needs rollout.context='full'; got 'window' (a "
+            "step row holds no value after the episode's final observation)"
+        )
+    padded = credit_token.with_tail_slot(traj)
+    values = rollout_lib.score(
+        model,
+        padded.tokens,
+        padded.valid_mask,
+        cfg.rollout.temperature,
+        True,
+        prefix=prefix,
+        group=group,
+        shard=shard,
+    ).values
+    out = cfg.credit_fn(padded, values)
+    t = traj.tokens.shape[1]
+    returns = None if out.returns is None else out.returns[:, :t]
+    return out._replace(advantages=out.advantages[:, :t], returns=returns)
