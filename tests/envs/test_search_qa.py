@@ -118,7 +118,7 @@ def test_search_qa__registered_with_builtin_sizes():
     assert isinstance(env, search_qa.SearchQA)
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (69, 67, 8)
     assert env.num_actions == 24 + 8 + 8 + 20 == len(search_qa.NAMES) + len(search_qa.VALUES)
-    assert (OOD_ENV.min_hops, OOD_ENV.max_hops, OOD_ENV.max_prompt_len) == (4, 4, 78)
+    assert (OOD_ENV.config.min_hops, OOD_ENV.config.max_hops, OOD_ENV.max_prompt_len) == (4, 4, 78)
     assert OOD_ENV.max_obs_len == 67 and OOD_ENV.max_action_len == 8
     assert env.action_text(env.search_action("Zeda")) == "search Zeda"
     assert env.action_text(env.answer_action("1988")) == "answer 1988"
@@ -210,7 +210,7 @@ def test_search_qa__oracle_solves_every_generated_task_closed_loop(split):
         states, _ = batched.reset(batched.keys(100 + seed), params)
         hops = np.asarray(states.hops)
         all_hops.append(hops)
-        final, steps = _closed_loop(batched, states, params, env.max_hops + 1)
+        final, steps = _closed_loop(batched, states, params, env.config.max_hops + 1)
         assert np.asarray(final.done).all()
         success = np.stack([np.asarray(t.success) for t in steps], axis=1)
         rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
@@ -225,7 +225,7 @@ def test_search_qa__oracle_solves_every_generated_task_closed_loop(split):
 
 def test_search_qa__shaped_oracle_return_is_goal_plus_c_per_hop():
     states, _ = BATCHED.reset(BATCHED.keys(7), TRAIN)  # SHAPED generates the same tasks
-    final, steps = _closed_loop(BATCHED_SHAPED, states, TRAIN, ENV.max_hops + 1)
+    final, steps = _closed_loop(BATCHED_SHAPED, states, TRAIN, ENV.config.max_hops + 1)
     rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
     np.testing.assert_allclose(rewards.sum(axis=1), 1.0 + 0.1 * np.asarray(states.hops), rtol=1e-5)
 
@@ -243,7 +243,7 @@ def test_search_qa__oracle_first_action_uses_only_observed_facts():
                 continue
             first = ENV.oracle_actions(state)[0]
             hidden = ~np.asarray(state.searched)
-            e = ENV.num_entities
+            e = ENV.config.num_entities
             attrs = np.where(hidden[:, None], rng.integers(0, 8, (e, 3)), state.attrs)
             shift = rng.integers(1, e, (e, 2))
             rels = np.where(hidden[:, None], (np.arange(e)[:, None] + shift) % e, state.rels)
@@ -284,9 +284,9 @@ def test_search_qa__train_test_and_ood_tasks_are_disjoint():
 def test_search_qa__generated_knowledge_bases_are_wellformed():
     states, _ = BATCHED.reset(BATCHED.keys(9), TEST)
     names, rels = np.asarray(states.names), np.asarray(states.rels)
-    assert all(len(set(row)) == ENV.num_entities for row in names.tolist())
-    assert (rels != np.arange(ENV.num_entities)[None, :, None]).all()  # never oneself
-    assert ((rels >= 0) & (rels < ENV.num_entities)).all()
+    assert all(len(set(row)) == ENV.config.num_entities for row in names.tolist())
+    assert (rels != np.arange(ENV.config.num_entities)[None, :, None]).all()  # never oneself
+    assert ((rels >= 0) & (rels < ENV.config.num_entities)).all()
     sizes = np.array([len(pool) for pool in search_qa.POOLS])
     assert ((np.asarray(states.attrs) >= 0) & (np.asarray(states.attrs) < sizes)).all()
     for i in range(B):  # the chain's people are distinct
@@ -337,7 +337,7 @@ def test_search_qa__render_is_readable():
     assert lines[0] == "question: what is the birth year of the manager of the friend of Zeda ?"
     assert lines[1] == "* " + FACTS["Zeda"]
     assert lines[2] == "  " + FACTS["Kovo"]
-    assert len(lines) == 1 + ENV.num_entities
+    assert len(lines) == 1 + ENV.config.num_entities
     assert ENV.render(state.replace(done=np.asarray(True))).endswith("done\n")
 
 
@@ -370,5 +370,8 @@ def test_search_qa__config_builds_a_matching_rollout():
     env = registry.make("search_qa", **registry.validate("search_qa", dict(c.env.search_qa)))
     ood_env, _ = env.make_split("ood")
     assert c.rollout.max_action_len >= max(env.max_action_len, ood_env.max_action_len) + 1
-    assert c.rollout.max_turns > env.max_hops and c.train.ood_max_turns > ood_env.max_hops
+    assert (
+        c.rollout.max_turns > env.config.max_hops
+        and c.train.ood_max_turns > ood_env.config.max_hops
+    )
     assert config.get_config("ppo_gae").model.value_head == "shared"
