@@ -87,7 +87,7 @@ def test_two_agent__registered_with_builtin_sizes_and_roles():
     assert (env.max_prompt_len, env.max_obs_len, env.max_action_len) == (109, 90, 4)
     assert env.num_actions == 10 and env.num_agents == 2
     assert two_agent.ACTIONS[:2] == ("say up", "say down") and two_agent.ACTIONS[5] == "up"
-    assert (OOD_ENV.size, OOD_ENV.max_steps, OOD_ENV.max_prompt_len) == (7, 64, 135)
+    assert (OOD_ENV.config.size, OOD_ENV.config.max_steps, OOD_ENV.max_prompt_len) == (7, 64, 135)
     assert [ENV.agent_of_turn(k) for k in range(4)] == [0, 1, 0, 1]
     np.testing.assert_array_equal(two_agent.TwoAgent.agent_of_turn(jnp.arange(5)), [0, 1, 0, 1, 0])
     with pytest.raises(ValueError, match="max_steps must be >= 2 \\* min_distance"):
@@ -132,7 +132,7 @@ def test_two_agent__reaching_the_goal_and_running_out_of_turns():
     assert ts_after.done and ts_after.reward == 0 and ts_after.obs_len == 0
     assert ts_after.anchor == ts.anchor and not ts_after.success
 
-    late = ENV.state_from_text(MAP, steps=ENV.max_steps - 1, message="right")
+    late = ENV.state_from_text(MAP, steps=ENV.config.max_steps - 1, message="right")
     ((ended, ts),) = BATCHED.play(late, [MOVE["stay"]])
     expected = "out of turns .\nguide:\nW____\n_##__\n___#_\n_#___\n___#G\n"
     assert _obs(ts) == TOK.encode(expected)
@@ -209,7 +209,7 @@ def _run_oracle(batched, params, seed):
     start = jax.device_get(states)
     success, turns = np.zeros(B, bool), np.zeros(B, np.int32)
     rewards, alive, action_valid = [], [], []
-    for t in range(env.max_steps):
+    for t in range(env.config.max_steps):
         host = jax.device_get(states)
         done = np.asarray(host.done)
         if done.all():
@@ -241,7 +241,7 @@ def test_two_agent__oracle_solves_every_generated_map_on_a_shortest_path(split):
         assert success.all(), np.flatnonzero(~success)
         dist = np.asarray(start.dist)[np.arange(B), start.pos[:, 0], start.pos[:, 1]]
         np.testing.assert_array_equal(turns, 2 * dist)  # one message and one move per step
-        assert (dist >= env.min_distance).all() and (turns <= env.max_steps).all()
+        assert (dist >= env.config.min_distance).all() and (turns <= env.config.max_steps).all()
         np.testing.assert_allclose(returns, 1.0)  # no penalties: both agents get the team reward
 
 
