@@ -39,7 +39,7 @@ Generation (pure JAX, from the reset key): a complete `width`-ary tree of `depth
 Binomial(`files_per_dir`, `file_prob`) files, with distinct names stored sorted in the first
 slots, so a tree has exactly one state (tasks that look the same are equal). The key file is a
 random file at depth >= `min_key_depth`. `num_candidates` trees per round; the first usable one
-whose content hash is in the split's class is kept (rounds repeat up to `_MAX_ROUNDS`).
+whose content hash is in the split's class is kept (rounds repeat up to `generator._MAX_ROUNDS`).
 
 Splits: a task is in the test class when `hash_u32(task content) % 1000 < test_fraction * 1000`;
 "train" only generates train-class tasks, "test" only test-class ones, so training never sees a

@@ -35,7 +35,7 @@ def bits_per_candidate(env: Terminal) -> int:
 
 
 def candidate(env: Terminal, bits: jax.Array) -> tuple[TerminalState, jax.Array]:
-    """One random tree (see the module docstring) and bool[] whether it is usable.
+    """One random tree (see the `terminal` package docstring) and bool[] whether it is usable.
 
     Args:
       bits: uint32[_bits_per_candidate] random bits (one threefry call serves every

@@ -53,7 +53,7 @@ every other product copies each of the target's category, color and material wit
 1/2 (else draws it anew), draws any price and a random non-empty set of sizes, so near misses
 (wrong price, missing size) are common. `num_candidates` catalogues per round; the first one in
 the split's hash class in which a matching product is on the results page of the oracle's
-query (the category) is kept (rounds repeat up to `_MAX_ROUNDS`).
+query (the category) is kept (rounds repeat up to `generator._MAX_ROUNDS`).
 
 Splits: a task is in the test class when `hash_u32(task) % 1000 < test_fraction * 1000`.
 "train" and "test" require `min_required_attrs`..`max_required_attrs` attributes (default 1);
