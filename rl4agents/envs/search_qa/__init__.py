@@ -29,6 +29,11 @@ Rounds repeat (at most `generator._MAX_ROUNDS`, inside a `while_loop`); the astr
 fallback is a fixed knowledge base. The "ood" split asks `ood_hops`-hop questions (default 4:
 chains of three relations, a composition never asked in training, where questions have at most
 two), either class.
+
+Modules: `world` (pools, state, the question's chain and answer, task hash), `generator`
+(knowledge-base generation), `host` (question and facts as text, states from facts, rendering,
+the oracle's plan) and `env` (the registered `SearchQA`: settings, tables, `reset_env` /
+`step_env`).
 """
 
 from rl4agents.envs.search_qa.env import SearchQA, SearchQAConfig

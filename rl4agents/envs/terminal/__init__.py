@@ -44,6 +44,11 @@ whose content hash is in the split's class is kept (rounds repeat up to `generat
 Splits: a task is in the test class when `hash_u32(task content) % 1000 < test_fraction * 1000`;
 "train" only generates train-class tasks, "test" only test-class ones, so training never sees a
 test task. "ood" is deeper and wider trees (`ood_depth`, `ood_width`), either class.
+
+Modules: `world` (pools, messages, state, task hash, tree geometry), `generator` (tree
+generation), `shell` (command output as fragment-id rows), `host` (states from nested dicts,
+rendering, the oracle's plans) and `env` (the registered `Terminal`: settings, tables,
+`reset_env` / `step_env`).
 """
 
 from rl4agents.envs.terminal.env import Terminal, TerminalConfig

@@ -34,6 +34,10 @@ reachable at a shortest-path distance in [`min_distance`, `max_steps // 2`] and 
 matches the split. The train/test split is by map: `hash_u32(walls, start, goal) % 1000 <
 test_fraction * 1000` is the test class. "ood" is larger maps (`ood_size`, with
 `ood_max_steps`), either class.
+
+Modules: `world` (roles, actions, cells, state, distances, map hash), `generator` (map
+generation), `host` (states from text, rendering, the oracle's plan) and `env` (the registered
+`TwoAgent`: settings, tables, both roles' views, `reset_env` / `step_env`, per-agent returns).
 """
 
 from rl4agents.envs.two_agent.env import TwoAgent, TwoAgentConfig

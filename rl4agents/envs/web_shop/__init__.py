@@ -59,6 +59,11 @@ Splits: a task is in the test class when `hash_u32(task) % 1000 < test_fraction 
 "train" and "test" require `min_required_attrs`..`max_required_attrs` attributes (default 1);
 "ood" requires `ood_required_attrs` (default 2: both color and material, combinations the
 train instructions never ask for), either class.
+
+Modules: `world` (pools, messages, state, task hash, matching, reward, search results),
+`generator` (catalogue generation), `pages` (pages as fragment ids), `host` (states from text,
+rendering, the oracle's plan) and `env` (the registered `WebShop`: settings, tables,
+`reset_env` / `step_env`).
 """
 
 from rl4agents.envs.web_shop.env import WebShop, WebShopConfig
