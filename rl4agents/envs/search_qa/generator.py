@@ -37,7 +37,7 @@ def candidate(env: SearchQA, bits: jax.Array) -> SearchQAState:
     """One random knowledge base and question (may not qualify).
 
     Args:
-      bits: uint32[_bits_per_candidate] random bits.
+      bits: uint32[bits_per_candidate(env)] random bits.
 
     Returns:
       The candidate state (nothing searched).

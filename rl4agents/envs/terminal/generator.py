@@ -38,7 +38,7 @@ def candidate(env: Terminal, bits: jax.Array) -> tuple[TerminalState, jax.Array]
     """One random tree (see the `terminal` package docstring) and bool[] whether it is usable.
 
     Args:
-      bits: uint32[_bits_per_candidate] random bits (one threefry call serves every
+      bits: uint32[bits_per_candidate(env)] random bits (one threefry call serves every
         candidate: each random sampler costs compilation time).
     """
     tree = env._tree

@@ -119,7 +119,7 @@ def grep(env: Terminal, state: TerminalState, word: jax.Array):
 
     Returns:
       rows int32[F * L, row_width] "path: line" rows, shown bool[F * L] which match, and
-      bool[] whether the key line is among the rows `_clip` keeps.
+      bool[] whether the key line is among the rows `clip` keeps.
     """
     tree = env._tree
     num_lines = env.config.lines_per_file

@@ -43,7 +43,7 @@ def candidate(env: WebShop, bits: jax.Array) -> tuple[WebShopState, jax.Array]:
     matching product.
 
     Args:
-      bits: uint32[_bits_per_candidate] random bits (one threefry call serves every
+      bits: uint32[bits_per_candidate(env)] random bits (one threefry call serves every
         candidate: each random sampler costs compilation time).
     """
     n, num_sizes = env.config.num_products, len(SIZES)
