@@ -1,68 +1,29 @@
-"""Countdown with a calculator tool as a multi-turn text environment.
-
-The agent gets `num_numbers` small numbers and a target. Each turn it answers either
-
-  "calc a op b"  with op one of "+", "-", "*" and a, b numbers it currently holds: the result
-                 replaces the two operands; the reply is "a op b = r" and the numbers left;
-  "answer n"     which ends the episode.
-
-An answer scores `goal_reward` (success) only when n equals the target, n is one of the numbers
-currently held, and at least one calc was made. Generated targets are never among the starting
-numbers, so the target must be built with the tool: guessing it without calcs cannot score.
-Every number is an integer in 0..`max_value` (at most 99, two digits): a calc whose result is
-negative or above `max_value` is an invalid turn, as is one naming a number not held (a number
-held once cannot be used twice). Invalid turns cost `invalid_penalty` and change nothing.
-
-The action table enumerates every string "calc a op b" and "answer n" over 0..`max_value`
-(3 (M+1)^2 + (M+1) actions, 2914 for the default M = 30) and the parser matches the whole
-action against it (`text.match_action`), so any tokenizer works. Numbers held are kept sorted
-ascending; the observation lists them as "left: 3 , 5 , 7" (commas keep multi-digit numbers
-apart when a tokenizer spells digits one by one).
-
-Generation (pure JAX, from the reset key): `num_candidates` candidates per round, each drawing
-`num_numbers` starting numbers uniformly from 1..`max_start` and combining them all by
-`num_numbers - 1` random operations on random pairs ("-" takes the larger minus the smaller),
-so every task is solvable. A candidate qualifies when every intermediate result is in range,
-the target is in [`min_target`, `max_value`], the target is not a starting number, and the
-task's class matches the split: a task (sorted starting numbers, target) belongs to the test
-class when `hash_u32(task) % 1000 < test_fraction * 1000`, so training never generates a test
-task. Rounds repeat (at most `_MAX_ROUNDS`, inside a `while_loop`); if none qualifies (which has
-negligible probability for the defaults) a fixed solvable task found at construction is used.
-The "ood" split has more numbers and larger targets: `num_numbers=ood_num_numbers`,
-`max_value=ood_max_value` and targets from `ood_min_target` (default: one above the training
-`max_value`), either class.
-
-Process signal (`progress_reward` c > 0): potential-based shaping `c * (d(s) - d(s'))`, where
-d is the fewest calcs that still make the target appear among the numbers held (0 once it is
-held; `num_numbers` when it can no longer be made). A calc on a shortest route to the target
-earns +c, a detour 0 or less, a dead end -c times the lost distance; the optimal policy is
-unchanged (Ng et al., 1999).
-"""
+"""The Countdown environment: its settings, the turn dynamics and the observation text (the
+package docstring describes the task)."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import itertools
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rl4agents import text
 from rl4agents.envs import base, registry
+from rl4agents.envs.countdown import generator
+from rl4agents.envs.countdown.solver import solve
+from rl4agents.envs.countdown.world import (
+    _LINE,
+    _MAX_NUMBERS,
+    EMPTY,
+    OPS,
+    CountdownParams,
+    CountdownState,
+    calc_distance,
+    canonical,
+)
 from rl4agents.types import TimeStep
-
-SPLITS = base.SPLITS
-OPS = ("+", "-", "*")
-EMPTY = -1  # a used slot of `CountdownState.numbers`
-_MAX_ROUNDS = 16
-_MAX_NUMBERS = 5  # d(s) enumerates every calc sequence; 5 numbers is ~20k leaf multisets
-_LINE = 6  # fragment slots of an observation's first line ("a op b = r\n")
-
-
-CountdownParams = base.SplitParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,138 +83,6 @@ class CountdownConfig:
         base.check_nonnegative("goal_reward", self.goal_reward)
 
 
-@flax.struct.dataclass
-class CountdownState:
-    """One episode's state."""
-
-    numbers: jax.Array  # int32[N] numbers held, ascending, then EMPTY for used slots
-    target: jax.Array  # int32[] the number to build
-    done: jax.Array  # bool[] answered
-
-
-def canonical(numbers: jax.Array) -> jax.Array:
-    """Sort the numbers held ascending with EMPTY slots last.
-
-    Args:
-      numbers: int32[..., N] numbers, EMPTY (-1) for used slots, in any order.
-
-    Returns:
-      int32[..., N] the same multiset, ascending, EMPTY slots at the end.
-    """
-    big = jnp.iinfo(jnp.int32).max
-    ordered = jnp.sort(jnp.where(numbers < 0, big, numbers), axis=-1)
-    return jnp.where(ordered == big, EMPTY, ordered).astype(jnp.int32)
-
-
-def task_hash(numbers: jax.Array, target: jax.Array) -> jax.Array:
-    """uint32[] hash of a task: canonical starting numbers int32[N] and target int32[]."""
-    return text.hash_u32(jnp.concatenate([canonical(numbers), jnp.reshape(target, (1,))]))
-
-
-def _children(
-    states: jax.Array, valid: jax.Array, slots: int, max_value: int
-) -> tuple[jax.Array, jax.Array]:
-    """Every multiset one calc away.
-
-    Args:
-      states: int32[S, N] canonical multisets whose numbers all lie in the first `slots` slots.
-      valid: bool[S] which rows are real states.
-      slots: static number of leading slots to pair up.
-      max_value: largest allowed result.
-
-    Returns:
-      children int32[S * P * 3, N] (canonical; P = slots choose 2 pairs, 3 operations each)
-      and bool[S * P * 3] which children are real (live parent, both operands held, in range).
-    """
-    n = states.shape[1]
-    pairs = np.array([(i, j) for i in range(slots) for j in range(i + 1, slots)], np.int32)
-    a, b = states[:, pairs[:, 0]], states[:, pairs[:, 1]]  # [S, P], a <= b (canonical)
-    results = jnp.stack([a + b, jnp.abs(a - b), a * b], axis=-1)  # [S, P, 3]
-    ok = valid[:, None, None] & ((a >= 0) & (b >= 0))[..., None] & (results <= max_value)
-    cols = np.arange(n)
-    first = (cols[None, :] == pairs[:, :1])[None, :, None, :]  # [1, P, 1, N]
-    second = (cols[None, :] == pairs[:, 1:])[None, :, None, :]
-    child = jnp.where(first, results[..., None], jnp.where(second, EMPTY, states[:, None, None]))
-    return canonical(child).reshape(-1, n), ok.reshape(-1)
-
-
-def calc_distance(numbers: jax.Array, target: jax.Array, max_value: int) -> jax.Array:
-    """Fewest calcs after which the target is among the numbers held.
-
-    Enumerates every calc sequence (fixed shapes; about 20k multisets for 5 numbers).
-
-    Args:
-      numbers: int32[N] canonical numbers held (EMPTY for used slots).
-      target: int32[] target.
-      max_value: largest allowed result (static).
-
-    Returns:
-      int32[] 0 if the target is held, k if k calcs can make it, N if no sequence can.
-    """
-    n = numbers.shape[0]
-    hits = [jnp.any(numbers == target)]
-    frontier, valid = numbers[None], jnp.ones((1,), bool)
-    for level in range(n - 1):
-        frontier, valid = _children(frontier, valid, n - level, max_value)
-        hits.append(jnp.any(valid & jnp.any(frontier == target, axis=1)))
-    hits = jnp.stack(hits)
-    return jnp.where(hits.any(), jnp.argmax(hits), n).astype(jnp.int32)
-
-
-def solve(
-    numbers: tuple[int, ...], target: int, max_value: int, num_slots: int
-) -> list[tuple[int, str, int]] | None:
-    """Shortest calc sequence (host side, breadth-first over multisets) that makes the target.
-
-    Args:
-      numbers: the numbers held.
-      target: the target.
-      max_value: largest allowed result.
-      num_slots: N, the number of starting numbers (the goal needs at least one calc made,
-        i.e. fewer than N numbers held).
-
-    Returns:
-      [(a, op, b), ...] calcs with a >= b, after which the target is held; None if impossible.
-    """
-    start = tuple(sorted(numbers))
-    parent = {start: None}
-    queue = collections.deque([start])
-    while queue:
-        held = queue.popleft()
-        if target in held and len(held) < num_slots:
-            plan = []
-            while parent[held] is not None:
-                held, calc = parent[held]
-                plan.append(calc)
-            return plan[::-1]
-        for i, j in itertools.combinations(range(len(held)), 2):
-            small, large = held[i], held[j]  # held is sorted
-            rest = held[:i] + held[i + 1 : j] + held[j + 1 :]
-            for op, result in zip(OPS, (large + small, large - small, large * small)):
-                child = tuple(sorted(rest + (result,)))
-                if result <= max_value and child not in parent:
-                    parent[child] = (held, (large, op, small))
-                    queue.append(child)
-    return None
-
-
-def _reachable(numbers: tuple[int, ...], max_value: int) -> set[int]:
-    """Every number held after one or more calcs from `numbers` (host side)."""
-    seen, queue, values = {tuple(sorted(numbers))}, [tuple(sorted(numbers))], set()
-    while queue:
-        held = queue.pop()
-        for i, j in itertools.combinations(range(len(held)), 2):
-            small, large = held[i], held[j]
-            rest = held[:i] + held[i + 1 : j] + held[j + 1 :]
-            for result in (large + small, large - small, large * small):
-                child = tuple(sorted(rest + (result,)))
-                if result <= max_value and child not in seen:
-                    seen.add(child)
-                    values.update(child)
-                    queue.append(child)
-    return values
-
-
 @registry.register("countdown")
 class Countdown(base.TextEnv):
     """Countdown with a calculator tool (see the module docstring).
@@ -302,7 +131,7 @@ class Countdown(base.TextEnv):
         tokenizer: text.Tokenizer | None = None,
     ):
         super().__init__(base.settings(CountdownConfig, locals()), tokenizer)
-        self._fallback = self._find_fallback()
+        self._fallback = generator.find_fallback(self.config)
 
         m = max_value + 1
         self.num_calcs = len(OPS) * m * m
@@ -378,7 +207,9 @@ class Countdown(base.TextEnv):
           The state, obs_tokens int32[P] holding the rules, target and numbers, and obs_len
           int32[].
         """
-        numbers, target = self._generate(key, params.split)
+        numbers, target = generator.generate(
+            key, params.split, self.config, self.in_split, self._fallback
+        )
         state = CountdownState(numbers=numbers, target=target, done=jnp.zeros((), bool))
         ids = jnp.concatenate(
             [
@@ -501,91 +332,6 @@ class Countdown(base.TextEnv):
         values = jnp.where(alive, numbers, -1)
         pairs = jnp.stack([commas, values], axis=1).ravel()
         return jnp.concatenate([jnp.asarray([self._frags.id("left")]), pairs]).astype(jnp.int32)
-
-    @property
-    def _bits_per_candidate(self) -> int:
-        n = self.config.num_numbers
-        return n + 3 * (n - 1)
-
-    def _candidate(self, bits: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """One random task by combining all starting numbers (may not qualify).
-
-        Args:
-          bits: uint32[_bits_per_candidate] random bits.
-
-        Returns:
-          (start int32[N] canonical starting numbers, target int32[], in_range bool[] every
-          intermediate result was at most max_value).
-        """
-        n, c = self.config.num_numbers, self.config
-        numbers = (1 + bits[:n] % c.max_start).astype(jnp.int32)
-        start = numbers
-        slots = jnp.arange(n)
-        in_range = jnp.ones((), bool)
-        # Selects and masked sums instead of gathers and scatters: the same values, and it
-        # compiles several times faster inside the vmapped while_loop.
-        for k in range(n - 1):
-            live = n - k  # live numbers occupy slots [0, live)
-            pick = bits[n + 3 * k : n + 3 * k + 3]
-            i = (pick[0] % live).astype(jnp.int32)
-            j = (pick[1] % (live - 1)).astype(jnp.int32)
-            j = j + (j >= i)
-            x = jnp.sum(jnp.where(slots == i, numbers, 0))
-            y = jnp.sum(jnp.where(slots == j, numbers, 0))
-            op = pick[2] % 3
-            result = jnp.where(op == 0, x + y, jnp.where(op == 1, jnp.abs(x - y), x * y))
-            in_range = in_range & (result <= c.max_value)
-            # lo <- result, hi <- the last live number, the last live slot <- EMPTY (lo < hi).
-            lo, hi = jnp.minimum(i, j), jnp.maximum(i, j)
-            moved = jnp.where(slots == hi, numbers[live - 1], numbers)
-            moved = jnp.where(slots == live - 1, EMPTY, moved)
-            numbers = jnp.where(slots == lo, result, moved)
-        return canonical(start), numbers[0], in_range
-
-    def _generate(self, key: jax.Array, split: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(int32[N] starting numbers, int32[] target) of the split's class (`_MAX_ROUNDS`
-        rounds of `num_candidates` candidates; the fixed fallback task if none qualifies)."""
-        c = self.config
-
-        def _qualifies(start, target, in_range):
-            fits = in_range & (target >= c.min_target) & (target <= c.max_value)
-            in_class = self.in_split(task_hash(start, target), split)
-            return fits & ~jnp.any(start == target) & in_class
-
-        def _candidates(bits):
-            start, target, in_range = jax.vmap(self._candidate)(bits)
-            return (start, target), jax.vmap(_qualifies)(start, target, in_range)
-
-        fallback_numbers, fallback_target = self._fallback
-        return base.first_qualifying(
-            key,
-            _candidates,
-            (jnp.asarray(fallback_numbers, jnp.int32), jnp.asarray(fallback_target, jnp.int32)),
-            num_candidates=c.num_candidates,
-            bits_per_candidate=self._bits_per_candidate,
-            max_rounds=_MAX_ROUNDS,
-        )
-
-    def _find_fallback(self) -> tuple[np.ndarray, int]:
-        """A fixed solvable task for the astronomically rare exhausted generation (host side)."""
-        c = self.config
-        n = c.num_numbers
-        tries = itertools.islice(
-            itertools.combinations_with_replacement(range(c.max_start, 0, -1), n), 200
-        )
-        for numbers in tries:
-            targets = [
-                v
-                for v in _reachable(numbers, c.max_value)
-                if c.min_target <= v <= c.max_value and v not in numbers
-            ]
-            if targets:
-                return np.array(sorted(numbers), np.int32), max(targets)
-        raise ValueError(
-            f"no task with a target in [min_target={c.min_target}, max_value="
-            f"{c.max_value}] is reachable from {n} numbers in 1..{c.max_start}; "
-            "lower min_target or raise max_value / max_start"
-        )
 
     def calc_action(self, a: int, op: str, b: int) -> int:
         """Action id of "calc a op b" (op one of "+", "-", "*"; a, b in 0..max_value)."""
