@@ -210,7 +210,8 @@ def test_sokoban__train_and_test_puzzles_are_disjoint():
     def puzzles(params, num_batches):
         states = [BATCHED.reset(BATCHED.keys(100 + s), params)[0] for s in range(num_batches)]
         states = jax.tree.map(lambda *x: np.concatenate(x), *states)
-        static = np.asarray(jax.vmap(sokoban._static_cells)(states)).reshape(len(states.player), -1)
+        static = np.asarray(jax.vmap(sokoban.world._static_cells)(states))
+        static = static.reshape(len(states.player), -1)
         return static, np.asarray(jax.vmap(sokoban.puzzle_hash)(states)), _codes(states)
 
     train, _, train_rooms = puzzles(TRAIN, 8)  # 512 rooms
@@ -219,7 +220,8 @@ def test_sokoban__train_and_test_puzzles_are_disjoint():
     assert not set_train & set_test
     assert len(set_train) > 350 and len(set_test) > 175
     assert (hash_test % 1000 < 200).all()
-    fallback = _codes(jax.tree.map(lambda x: x[None], ENV._fallback_room()))[0]
+    room = sokoban.fallback_room(ENV.config.size, ENV.config.num_boxes)
+    fallback = _codes(jax.tree.map(lambda x: x[None], room))[0]
     assert not (train_rooms == fallback).all(axis=1).any()
     assert not (test_rooms == fallback).all(axis=1).any()
 
