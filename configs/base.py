@@ -22,18 +22,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env = ml_collections.ConfigDict()
     c.env.name = "frozen_lake"
     c.env.vocab = "builtin"  # "builtin" | "minimal" (only the words the env emits)
-    # One section per registered environment with its constructor defaults.
-    for name in envs.registry.names():
+    # One section per registered environment with its constructor defaults (env.name="host":
+    # Python text environments stepped on the host, docs/host_envs.md).
+    for name in envs.registry.names(backend=None):
         c.env[name] = config_utils.section(envs.registry, name)
-    # env.name = "host": Python text environments stepped on the host (docs/host_envs.md).
-    c.env.host = ml_collections.ConfigDict()
-    c.env.host.factory = ""  # a registered factory (e.g. "textarena") or "module:function"
-    c.env.host.args = ml_collections.ConfigDict()  # the factory's keyword arguments
-    c.env.host.max_prompt_len = 256  # reset-observation tokens kept (longer ones clipped)
-    c.env.host.max_obs_len = 64  # observation tokens kept per turn
-    c.env.host.num_workers = 8  # environments stepped at the same time
-    c.env.host.step_timeout_s = 30.0  # a call over this ends its episode (flagged failure)
-    c.env.host.failure_reward = 0.0  # reward of the transition in which an episode failed
+    c.env.host.args = ml_collections.ConfigDict()  # the host factory's keyword arguments
 
     c.model = ml_collections.ConfigDict()
     c.model.preset = "tiny"  # see rl4agents.models.policy.PRESETS

@@ -8,8 +8,11 @@ names and the only source of defaults.
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib.util
 import inspect
 import os
+import re
 import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -19,21 +22,7 @@ import ml_collections
 from absl import flags
 
 from rl4agents import checks
-
-_SIMPLE = (bool, int, float, str, type(None))
-
-
-def signature_defaults(fn: Callable[..., Any], skip: Iterable[str] = ()) -> dict[str, Any]:
-    """Keyword parameters of `fn` with simple defaults (bool/int/float/str/None)."""
-    out = {}
-    for p in inspect.signature(fn).parameters.values():
-        if p.name in skip or p.default is inspect.Parameter.empty:
-            continue
-        if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-            continue
-        if isinstance(p.default, _SIMPLE):
-            out[p.name] = p.default
-    return out
+from rl4agents.registry import for_section, signature_defaults  # noqa: F401 (signature_defaults)
 
 
 def section(registry: Any, name: str) -> ml_collections.ConfigDict:
@@ -97,8 +86,8 @@ def split_none_overrides(argv: list[str], flag: str = "config") -> tuple[list[st
     return [a for j, a in enumerate(argv) if j not in drop], [k for k, none in last.items() if none]
 
 
-# Fields of configs/base.py whose "off" value is None (the range table in
-# rl4agents/train/experiment.py allows None for exactly these).
+# Fields of configs/base.py whose "off" value is None (the range table `RANGES` allows None
+# for exactly these).
 NULLABLE_FIELDS = ("loss.value_clip",)
 
 
@@ -111,11 +100,9 @@ def nullable(key: str) -> bool:
     parts = key.split(".")
     if len(parts) != 3:
         return False
-    from rl4agents import credit, envs, losses  # they import this module
-
     section, name, field = parts
-    registry = {"env": envs.registry, "credit": credit, "loss": losses}.get(section)
-    if registry is None or name not in registry.names():
+    registry = for_section(section)
+    if registry is None or name not in registry:
         return False
     hint = _type_hints(registry.get(name)).get(field)
     return type(None) in typing.get_args(hint)
@@ -251,6 +238,145 @@ def to_dict(section: ml_collections.ConfigDict | dict) -> dict[str, Any]:
     return section.to_dict() if isinstance(section, ml_collections.ConfigDict) else dict(section)
 
 
+# Ranges of the scalar fields of the base config (`checks.check_range` arguments after the
+# value): each is checked at start-up, before anything is built or written.
+RANGES: dict[str, dict[str, Any]] = {
+    "train.num_steps": dict(low=1),
+    "train.epochs": dict(low=1),
+    "train.minibatches": dict(low=1),
+    "train.grad_accum": dict(low=1),
+    "train.eval_every": dict(low=1),
+    "train.eval_tasks": dict(low=1),
+    "train.max_minutes": dict(low=0, note="(0 = no limit)"),
+    "train.ood_max_turns": dict(low=0, note="(0 = rollout.max_turns)"),
+    "checkpoint.every": dict(low=1),
+    "checkpoint.max_to_keep": dict(low=1),
+    "log.every": dict(low=1),
+    "optim.lr": dict(low=0, low_open=True),
+    "optim.b1": dict(low=0, high=1, high_open=True),
+    "optim.b2": dict(low=0, high=1, high_open=True),
+    "optim.grad_clip": dict(low=0, note="(0 = off)"),
+    "optim.weight_decay": dict(low=0),
+    "optim.warmup_steps": dict(low=0),
+    "model.d_model": dict(low=0, note="(0 = the preset's)"),
+    "model.num_layers": dict(low=0, note="(0 = the preset's)"),
+    "model.d_ff": dict(low=0, note="(0 = the preset's)"),
+    "model.num_heads": dict(low=0, note="(0 = the preset's)"),
+    "model.num_kv_heads": dict(low=0, note="(0 = the preset's)"),
+    "model.head_dim": dict(low=0, note="(0 = the preset's)"),
+    "rollout.num_tasks": dict(low=1),
+    "rollout.group_size": dict(low=1),
+    "rollout.max_turns": dict(low=1),
+    "rollout.max_action_len": dict(low=1),
+    "rollout.temperature": dict(low=0, low_open=True),
+    "rollout.turn_groups": dict(low=1),
+    "rollout.max_episode_tokens": dict(low=0, note="(0 = none)"),
+    "rollout.top_k": dict(low=0, note="(0 = off)"),
+    "rollout.top_p": dict(low=0, high=1, low_open=True),
+    "rollout.max_context_len": dict(low=0, note="(0 = fit all K turns)"),
+    "loss.value_coef": dict(low=0),
+    # 0 would clip V to V_old: the critic could not learn. None turns the clipping off.
+    "loss.value_clip": dict(low=0, low_open=True, allow_none=True, note="(None = no clipping)"),
+    "loss.kl_coef": dict(low=0),
+    "loss.entropy_coef": dict(low=0),
+    "loss.echo_coef": dict(low=0),
+    "loss.tis_cap": dict(low=0, note="(0 = off, else >= 1)"),
+    "loss.kl_target": dict(low=0, low_open=True),
+    "loss.kl_horizon": dict(low=0, low_open=True),
+    "shaping.overlong_buffer": dict(low=0, note="(0 = off)"),
+    "shaping.overlong_factor": dict(low=0),
+    "sampling.max_gen_batches": dict(low=1),
+    "mesh.device_memory_gb": dict(low=0, note="(0 = what the runtime reports)"),
+}
+
+
+def check_ranges(c: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the first field of `RANGES` outside its range, then the
+    first field anywhere that fails the checks of every field (`config_utils.check_values`:
+    finite floats, 32-bit seeds, int32 integers, bounded model sizes)."""
+    for dotted, bounds in RANGES.items():
+        section, field = dotted.split(".")
+        if section in c and field in c[section]:
+            checks.check_range(dotted, c[section][field], **bounds)
+    check_values(c)
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """ "FILE[:ARG]" -> (FILE, ARG or None), as ml_collections' config_flags splits it."""
+    path, _, arg = spec.partition(":")
+    return path, (arg or None)
+
+
+def load_module(path: str, prefix: str):
+    """Import the Python file at `path` as a module named after `prefix` and its path."""
+    name = f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', os.path.abspath(path))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as `import` does; dataclasses in the file need it
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_error(e: BaseException, path: str) -> str:
+    """An exception raised by a user's file (a study or config) as one line: its type and
+    message; for a syntax error the line (and the file, when it is not `path`)."""
+    if isinstance(e, SyntaxError):
+        where = f"line {e.lineno}"
+        if e.filename and os.path.abspath(e.filename) != os.path.abspath(path):
+            where = f"{e.filename}, {where}"
+        return f"{type(e).__name__}: {e.msg} ({where})"
+    text = one_line(str(e))
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """Calls `get_config(ARG)` (or `get_config()`) of the file in "FILE[:ARG]"."""
+    path, arg = split_spec(spec)
+    if not os.path.isfile(path):
+        raise ValueError(f"config file {path!r} (from {spec!r}) does not exist")
+    try:
+        module = load_module(path, "rl4agents_config")
+        config = module.get_config(arg) if arg is not None else module.get_config()
+    except Exception as e:  # the config file's own code
+        raise ValueError(f"config file {path!r} (from {spec!r}): {describe_error(e, path)}") from e
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ValueError(f"{spec}: get_config() returned {type(config).__name__}, not ConfigDict")
+    config.lock()
+    return config
+
+
+def flatten(config: ml_collections.ConfigDict | Mapping, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> leaf value of a (nested) config or dict."""
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, ml_collections.ConfigDict | Mapping):
+            out.update(flatten(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def suggest(key: str, known: Iterable[str]) -> list[str]:
+    """Up to 5 known dotted keys close to `key` (whole key or last component)."""
+    known = list(known)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.8)
+    last = key.rsplit(".", 1)[-1]
+    by_leaf = {k.rsplit(".", 1)[-1]: k for k in known}
+    tails = difflib.get_close_matches(last, list(by_leaf), n=3, cutoff=0.75)
+    close += [k for k in known if k.rsplit(".", 1)[-1] in tails]
+    return list(dict.fromkeys(close))[:5]
+
+
 def fail(message: str) -> NoReturn:
     """A script's refusal of bad input: one line, `error: {message}`, on stderr; exit status 2."""
     print(f"error: {message}", file=sys.stderr)
@@ -324,15 +450,11 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
         import: SyntaxError: expected ':' (line 3)"; "config file 'x.py': get_config('a')
         raised RuntimeError: ..."; "... get_config() returned None; allowed: ...".
     """
-    from rl4agents import sweep  # its module loader and one-line exceptions; imports this module
-
     path, *arg = spec.split(":", 1)
     try:
-        module = sweep._load_module(path, "rl4agents_config")
+        module = load_module(path, "rl4agents_config")
     except Exception as e:  # the config file's own code
-        raise ValueError(
-            f"config file {path!r} failed to import: {sweep._describe(e, path)}"
-        ) from e
+        raise ValueError(f"config file {path!r} failed to import: {describe_error(e, path)}") from e
     allowed = "allowed: a file whose get_config(arg=None) returns an ml_collections.ConfigDict"
     if not callable(getattr(module, "get_config", None)):
         raise ValueError(f"config file {path!r} defines no get_config; {allowed}")
@@ -340,7 +462,7 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     try:
         config = module.get_config(*arg)
     except Exception as e:
-        raise ValueError(f"config file {path!r}: {call} raised {sweep._describe(e, path)}") from e
+        raise ValueError(f"config file {path!r}: {call} raised {describe_error(e, path)}") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ValueError(f"config file {path!r}: {call} returned {_kind(config)}; {allowed}")
     return config
@@ -381,42 +503,47 @@ def _flag_lines(config_flag: str | None) -> list[str]:
     return lines
 
 
+# Allowed values of the config's fields that name a choice. The variant fields (env.name,
+# credit.name, loss.policy) list their registry's names (`registry.for_section`); the code that
+# resolves another field with a table of its own declares it (`declare_choices`).
+_CHOICES: dict[str, list[Any]] = {
+    "env.vocab": ["builtin", "minimal"],
+    "model.value_head": ["none", "shared", "separate"],
+    "model.dtype": ["float32", "bfloat16"],
+    "model.param_dtype": ["float32", "bfloat16"],
+    "rollout.context": ["full", "window"],
+    "loss.kl_ctrl": ["fixed", "adaptive"],
+    "loss.tis_mode": ["token", "sequence"],
+    "shaping.overlong_per": ["turn", "episode"],
+    "optim.schedule": ["constant", "cosine"],
+    "mesh.axis_types": ["auto", "explicit"],
+    "sft.keep": ["success", "all"],
+}
+_VARIANT_FIELDS = {"env.name": "env", "credit.name": "credit", "loss.policy": "loss"}
+
+
+def declare_choices(key: str, values: Iterable[Any]) -> None:
+    """Declare the allowed values of the dotted field `key` (for `choices` and --help)."""
+    _CHOICES[key] = list(values)
+
+
 def choices() -> dict[str, list[Any]]:
     """The allowed values of the config's fields that name a choice (the registries' names
-    for the variant fields), as start-up checks them (`experiment.build`, scripts/sft.py)."""
-    from rl4agents import credit, envs, losses
-    from rl4agents.models import policy
-
-    dtypes = ["float32", "bfloat16"]
-    return {
-        "env.name": envs.registry.names() + ["host"],
-        "env.vocab": ["builtin", "minimal"],
-        "model.preset": sorted(policy.PRESETS),
-        "model.value_head": ["none", "shared", "separate"],
-        "model.dtype": dtypes,
-        "model.param_dtype": dtypes,
-        "rollout.context": ["full", "window"],
-        "credit.name": credit.names(),
-        "loss.policy": losses.names(),
-        "loss.kl_estimator": list(losses.KL_KINDS),
-        "loss.kl_reward_estimator": list(losses.KL_KINDS),
-        "loss.kl_ctrl": ["fixed", "adaptive"],
-        "loss.tis_mode": ["token", "sequence"],
-        "shaping.overlong_per": ["turn", "episode"],
-        "optim.schedule": ["constant", "cosine"],
-        "mesh.axis_types": ["auto", "explicit"],
-        "sft.keep": ["success", "all"],
-    }
+    for the variant fields), as start-up checks them (`resolve`, scripts/sft.py)."""
+    out = {}
+    for key, section in _VARIANT_FIELDS.items():
+        registry = for_section(section)
+        if registry is not None:
+            out[key] = registry.names()
+    return {**out, **_CHOICES}
 
 
 def describe_allowed(key: str, value: Any, kind: type | None) -> str:
     """What the field `key` (of type `kind`, holding `value`) allows, in words, for --help:
     its choices, its range (`experiment.check_ranges`, `check_values`) or its type."""
-    from rl4agents.train import experiment  # its range table; it imports this module
-
     if key in choices():
         return f"one of {choices()[key]}"
-    bounds = dict(experiment._RANGES.get(key, {}))
+    bounds = dict(RANGES.get(key, {}))
     note, allow_none = bounds.pop("note", ""), bounds.pop("allow_none", False)
     if kind in (list, tuple):
         text = "a tuple" if kind is tuple else "a list"
@@ -572,10 +699,8 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
         fail(str(e))
     except flags.Error as e:
         fail(_flags_error_line(e))
-    from rl4agents.train import experiment  # it imports this module
-
     try:  # the checks of every field, before the script does any work
-        experiment.check_ranges(flags.FLAGS[flag].value)
+        check_ranges(flags.FLAGS[flag].value)
     except ValueError as e:
         fail(str(e))
     return remaining
@@ -584,11 +709,9 @@ def parse_flags(argv: list[str], flag: str = "config") -> list[str]:
 def _unknown_override(argv: list[str], flag: str) -> str | None:
     """The message for the first `--flag.KEY=...` whose KEY is no field of the `--flag=SPEC`
     config (loaded and matched as `scripts/sweep.py` does), or None if none is found."""
-    from rl4agents import sweep  # its config loader and key suggestions; imports this module
-
     spec = _config_spec(argv, flag)
     try:
-        leaves = sweep.flatten(sweep.load_config(spec))
+        leaves = flatten(load_config(spec))
     except Exception:  # no spec, or a file that does not load: absl's own message stands
         return None
     prefix = f"--{flag}."
@@ -605,7 +728,7 @@ def _unknown_override(argv: list[str], flag: str) -> str | None:
         section = ".".join(parts[:depth])
         inside = [k[len(section) + 1 :] for k in leaves if k.startswith(section + ".")]
         allowed = sorted({k.split(".")[0] for k in (inside if section else leaves)})
-        close = sweep.suggest(key, leaves)
+        close = suggest(key, leaves)
         msg = f"unknown config key {key!r} (from {arg})"
         if close:
             msg += f"; did you mean {' or '.join(map(repr, close))}?"

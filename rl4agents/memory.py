@@ -1,6 +1,7 @@
 """A start-up estimate of per-device memory, computed from the config alone.
 
-`estimate(config, mesh_shape)` adds up, per device, what a train step keeps alive (bytes):
+`estimate(run, mesh_shape)` adds up, per device, what the train step of a resolved run
+(`train.resolve.resolve`) keeps alive (bytes):
 
   resident, for the whole run:
     parameters        sum over parameter arrays of size / (mesh axes it is split over) x p
@@ -69,12 +70,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import jax
 import ml_collections
 
-from rl4agents import config_utils, credit, envs, sharding, text
+from rl4agents import sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 
@@ -86,7 +89,6 @@ LOGIT_COPIES = 3  # logits, log-softmax and (backward) its gradient, all f32[row
 # moments before the old are released (XLA's temporaries for the train step on a data-parallel
 # mesh: 4.00 x the parameter bytes, whatever the episode length, when activations are small).
 OPTIMIZER_STEP_COPIES = 3
-MODEL_FIELDS = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "head_dim")
 
 
 class MeshShape(NamedTuple):
@@ -265,66 +267,6 @@ def param_elements_per_device(cfg: policy_lib.ModelConfig, mesh_shape: Mapping[s
     return total
 
 
-def model_config(
-    config: ml_collections.ConfigDict, vocab_size: int, **overrides: Any
-) -> policy_lib.ModelConfig:
-    """The `ModelConfig` that `experiment.build` makes of `config.model`, with `vocab_size` and
-    any keyword `overrides` (`ModelConfig` fields).
-
-    Non-zero architecture fields override the preset; with `model.checkpoint` set, the
-    architecture comes from that folder's config.json (its vocabulary too, unless
-    `vocab_size` is given).
-    """
-    m = config.model
-    runtime = dict(
-        value_head=m.value_head,
-        dtype=m.dtype,
-        param_dtype=m.param_dtype,
-        remat=m.remat,
-        attn_chunk=m.attn_chunk,
-    )
-    folder = m.get("checkpoint", "")
-    if folder:
-        from rl4agents.models import hf
-
-        cfg = hf.config_from_hf(hf.read_config(folder), **runtime)
-        return dataclasses.replace(
-            cfg, **({"vocab_size": vocab_size} if vocab_size else {}), **overrides
-        )
-    fields = {k: m[k] for k in MODEL_FIELDS if m[k]}
-    return policy_lib.make_config(m.preset, vocab_size, **{**fields, **runtime, **overrides})
-
-
-def make_env(config: ml_collections.ConfigDict):
-    """The environment `experiment.build` makes of `config.env` (tokenizer included: the
-    built-in one, the environment's minimal one, or `model.checkpoint`'s)."""
-    c = config.env
-    kwargs = envs.registry.validate(c.name, config_utils.to_dict(c[c.name]))
-    folder = config.model.get("checkpoint", "")
-    if folder:
-        from rl4agents.models import hf_tokenizer
-
-        kwargs = {**kwargs, "tokenizer": hf_tokenizer.HFTokenizer(folder)}
-    env = envs.make(c.name, **kwargs)
-    if c.vocab == "minimal":
-        env = envs.make(c.name, tokenizer=text.minimal_tokenizer(env), **kwargs)
-    return env
-
-
-def rollout_config(config: ml_collections.ConfigDict) -> rollout_lib.RolloutConfig:
-    """The static rollout sizes of `config.rollout` (what `rollout.make_layout` needs)."""
-    r = config.rollout
-    return rollout_lib.RolloutConfig(
-        num_tasks=r.num_tasks,
-        group_size=r.group_size,
-        max_turns=r.max_turns,
-        max_action_len=r.max_action_len,
-        max_context_len=r.max_context_len,
-        context=r.context,
-        window_turns=r.window_turns,
-    )
-
-
 def _per_token_layer_bytes(cfg: policy_lib.ModelConfig, keys: int) -> int:
     """a(keys): bytes one layer keeps per token for the backward pass (module docstring)."""
     c = DTYPE_BYTES[cfg.dtype]
@@ -359,9 +301,8 @@ class _Sizes(NamedTuple):
         return -(-nbytes // self.split)
 
 
-def _sizes(config, env, vocab: int, mesh_shape: Mapping[str, int]) -> _Sizes:
-    rc = rollout_config(config)
-    lay = rollout_lib.make_layout(env, rc)
+def _sizes(run, vocab: int, mesh_shape: Mapping[str, int]) -> _Sizes:
+    config, env, rc, lay = run.config, run.env, run.rollout_cfg, run.layout
     split = math.prod(mesh_shape.get(a, 1) for a in sharding.BATCH_AXES)
     if rc.context == "window":
         row = rollout_lib.window_row_length(env, rc)
@@ -439,42 +380,36 @@ def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, con
 
 
 def estimate(
-    config: ml_collections.ConfigDict,
+    run: Any,
     mesh_shape: Mapping[str, int],
     *,
-    env=None,
-    vocab_size: int | None = None,
     capacity: int | None = None,
-    model_cfg: policy_lib.ModelConfig | None = None,
     **model_overrides: Any,
 ) -> Estimate:
-    """Per-device memory of training `config` on a mesh of `mesh_shape` (nothing allocated).
+    """Per-device memory of training a resolved run on a mesh of `mesh_shape` (nothing
+    allocated).
 
     Args:
-      config: a full config (configs/base.py).
+      run: a resolved run (`train.resolve.resolve(config, check_only=True)` is enough, or an
+        `Experiment`'s): its `config`, `env`, `model_cfg`, `rollout_cfg`, `layout` and
+        `needs_values` are read.
       mesh_shape: axis name -> size; its product is the number of devices.
-      env: the environment, if already built (else built from `config.env`).
-      vocab_size: override the tokenizer's vocabulary (e.g. 151936 for a Qwen2 tokenizer).
       capacity: device memory in bytes, recorded in the estimate.
-      model_cfg: the model, if already resolved (`Experiment.model_cfg`); else made of
-        `config.model` (`model_config`).
-      **model_overrides: `ModelConfig` fields replacing the config's (e.g. remat=True).
+      **model_overrides: `ModelConfig` fields replacing the run's (e.g. remat=True, or
+        vocab_size=151936 for a Qwen2 tokenizer).
 
     Returns:
       The `Estimate` (bytes per device).
     """
-    env = make_env(config) if env is None else env
-    if model_cfg is None:
-        cfg = model_config(config, vocab_size or env.tokenizer.vocab_size, **model_overrides)
-    else:
-        cfg = dataclasses.replace(model_cfg, **model_overrides)
+    config = run.config
+    cfg = dataclasses.replace(run.model_cfg, **model_overrides)
     vocab = cfg.vocab_size
     mesh_shape = dict(mesh_shape)
-    sz = _sizes(config, env, vocab, mesh_shape)
+    sz = _sizes(run, vocab, mesh_shape)
     p = DTYPE_BYTES[cfg.param_dtype]
     n_total, n_dev = num_params(cfg), param_elements_per_device(cfg, mesh_shape)
     kl = config.loss.kl_coef > 0
-    needs_values = credit.requires_values(config.credit.name)
+    needs_values = run.needs_values
     split_note = "replicated" if n_dev == n_total else f"{n_total / n_dev:.2f}x split"
     resident = [
         Term(
@@ -536,10 +471,6 @@ def device_memory(config: ml_collections.ConfigDict) -> int | None:
     gb = config.mesh.get("device_memory_gb", 0.0)
     if gb:
         return int(gb * GIB)
-    import os
-
-    import jax
-
     devices = jax.local_devices()
     stats = devices[0].memory_stats() or {}
     if stats.get("bytes_limit"):
@@ -554,23 +485,19 @@ def device_memory(config: ml_collections.ConfigDict) -> int | None:
 
 
 def check_fits(
-    config: ml_collections.ConfigDict,
+    run: Any,
     num_devices: int,
     device_memory_bytes: int | None,
     *,
     mesh_shape: Mapping[str, int] | None = None,
-    env=None,
-    model_cfg: policy_lib.ModelConfig | None = None,
 ) -> Estimate:
-    """Estimates per-device memory and refuses a config whose peak exceeds the device memory.
+    """Estimates per-device memory and refuses a run whose peak exceeds the device memory.
 
     Args:
-      config: a full config.
+      run: a resolved run (`estimate`).
       num_devices: devices of the mesh (fills a -1 in `config.mesh.shape`).
       device_memory_bytes: memory per device; None or 0 skips the check.
       mesh_shape: axis name -> size of the actual mesh, if it overrides `config.mesh`.
-      env: the environment, if already built.
-      model_cfg: the model, if already resolved.
 
     Returns:
       The `Estimate`.
@@ -579,11 +506,10 @@ def check_fits(
       ValueError: the estimated peak exceeds `device_memory_bytes`; the message lists every
         term with its formula and what to change.
     """
+    config = run.config
     if mesh_shape is None:
         mesh_shape = resolve_mesh_shape(config.mesh.axes, config.mesh.shape, num_devices)
-    est = estimate(
-        config, mesh_shape, env=env, model_cfg=model_cfg, capacity=device_memory_bytes or None
-    )
+    est = estimate(run, mesh_shape, capacity=device_memory_bytes or None)
     if device_memory_bytes and est.peak > device_memory_bytes:
         raise ValueError(
             f"model {config.model.get('checkpoint', '') or config.model.preset!r} "

@@ -28,15 +28,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import hashlib
-import importlib.util
 import itertools
 import json
 import math
 import os
 import re
-import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -44,7 +41,8 @@ from typing import Any
 import ml_collections
 
 from rl4agents import config_utils
-from rl4agents.train import writers
+from rl4agents.config_utils import flatten, load_config, split_spec, suggest  # noqa: F401
+from rl4agents.train import experiment, writers
 
 SEED_KEY = "seed"
 CONFIG_NAME = "config.json"  # the resolved config, written by scripts/sweep.py
@@ -186,12 +184,6 @@ def _merge(points: Sequence[Point]) -> Point:
     return Point(config, overrides, named)
 
 
-def split_spec(spec: str) -> tuple[str, str | None]:
-    """ "FILE[:ARG]" -> (FILE, ARG or None), as ml_collections' config_flags splits it."""
-    path, _, arg = spec.partition(":")
-    return path, (arg or None)
-
-
 def _show(value: Any) -> str:
     if isinstance(value, tuple | list):
         return ",".join(_show(v) for v in value)
@@ -303,9 +295,11 @@ def load_study(path: str) -> Study:
     if not os.path.isfile(path):
         raise ValueError(f"study file {path!r} does not exist")
     try:
-        module = _load_module(path, "rl4agents_study")
+        module = config_utils.load_module(path, "rl4agents_study")
     except Exception as e:  # the study's own code: any error is the study's
-        raise ValueError(f"study file {path!r} does not load: {_describe(e, path)}") from e
+        raise ValueError(
+            f"study file {path!r} does not load: {config_utils.describe_error(e, path)}"
+        ) from e
     if not callable(getattr(module, "get_sweep", None)):
         raise ValueError(f"study file {path!r} defines no get_sweep() function")
     base = getattr(module, "BASE", None)
@@ -316,7 +310,9 @@ def load_study(path: str) -> Study:
     try:
         points = module.get_sweep()
     except Exception as e:  # the study's own code, or a sweep helper refusing its arguments
-        raise ValueError(f"study file {path!r}: get_sweep() raised {_describe(e, path)}") from e
+        raise ValueError(
+            f"study file {path!r}: get_sweep() raised {config_utils.describe_error(e, path)}"
+        ) from e
     if not isinstance(points, list | tuple):
         raise ValueError(
             f"study file {path!r}: get_sweep() returned a {type(points).__name__}; allowed: a "
@@ -326,83 +322,14 @@ def load_study(path: str) -> Study:
     if bad is not None:
         raise ValueError(
             f"study file {path!r}: get_sweep() returned a {type(points).__name__} with an "
-            f"element {_short(bad)} ({type(bad).__name__}); allowed: sweep.Point elements "
-            "only (combine sweeps with sweep.product, sweep.zip_ or +)"
+            f"element {config_utils.short(bad)} ({type(bad).__name__}); allowed: sweep.Point "
+            "elements only (combine sweeps with sweep.product, sweep.zip_ or +)"
         )
     try:
         runs = expand(points, base)
     except (ValueError, TypeError) as e:
         raise ValueError(f"study file {path!r}: {config_utils.one_line(str(e))}") from e
     return Study(os.path.splitext(os.path.basename(path))[0], path, base, runs)
-
-
-def _load_module(path: str, prefix: str):
-    name = f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', os.path.abspath(path))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # as `import` does; dataclasses in the file need it
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _describe(e: BaseException, path: str) -> str:
-    """An exception raised by a user's file (a study or config) as one line: its type and
-    message; for a syntax error the line (and the file, when it is not `path`)."""
-    if isinstance(e, SyntaxError):
-        where = f"line {e.lineno}"
-        if e.filename and os.path.abspath(e.filename) != os.path.abspath(path):
-            where = f"{e.filename}, {where}"
-        return f"{type(e).__name__}: {e.msg} ({where})"
-    text = config_utils.one_line(str(e))
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def load_config(spec: str) -> ml_collections.ConfigDict:
-    """Calls `get_config(ARG)` (or `get_config()`) of the file in "FILE[:ARG]"."""
-    path, arg = split_spec(spec)
-    if not os.path.isfile(path):
-        raise ValueError(f"config file {path!r} (from {spec!r}) does not exist")
-    try:
-        module = _load_module(path, "rl4agents_config")
-        config = module.get_config(arg) if arg is not None else module.get_config()
-    except Exception as e:  # the config file's own code
-        raise ValueError(f"config file {path!r} (from {spec!r}): {_describe(e, path)}") from e
-    if not isinstance(config, ml_collections.ConfigDict):
-        raise ValueError(f"{spec}: get_config() returned {type(config).__name__}, not ConfigDict")
-    config.lock()
-    return config
-
-
-def flatten(config: ml_collections.ConfigDict | Mapping, prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> leaf value of a (nested) config or dict."""
-    out = {}
-    for k, v in config.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, ml_collections.ConfigDict | Mapping):
-            out.update(flatten(v, f"{key}."))
-        else:
-            out[key] = v
-    return out
-
-
-def suggest(key: str, known: Iterable[str]) -> list[str]:
-    """Up to 5 known dotted keys close to `key` (whole key or last component)."""
-    known = list(known)
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.8)
-    last = key.rsplit(".", 1)[-1]
-    by_leaf = {k.rsplit(".", 1)[-1]: k for k in known}
-    tails = difflib.get_close_matches(last, list(by_leaf), n=3, cutoff=0.75)
-    close += [k for k in known if k.rsplit(".", 1)[-1] in tails]
-    return list(dict.fromkeys(close))[:5]
 
 
 def apply_overrides(
@@ -526,8 +453,6 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       ValueError, KeyError: the message `experiment.build` gives, naming the field and what
         is allowed.
     """
-    from rl4agents.train import experiment
-
     experiment.build(config, check_only=True)
 
 

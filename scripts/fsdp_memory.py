@@ -55,7 +55,7 @@ def main() -> None:
             exp = experiment.build(config)
             compiled = exp.train_step.lower(exp.abstract_state(), exp.root_key()).compile()
             temp = compiled.memory_analysis().temp_size_in_bytes
-            est = memory.estimate(config, dict(exp.mesh.shape), env=exp.env)
+            est = memory.estimate(exp, dict(exp.mesh.shape))
             p = est.term("parameters")
             gate_up = 2 * exp.model_cfg.d_ff // shape[2]  # split over tensor
             pattern = rf"= f32\[(\d+),{gate_up}\]\{{[^}}]*\}} dot\("

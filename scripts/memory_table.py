@@ -24,9 +24,8 @@ import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from configs import base  # noqa: E402
-from rl4agents import config_utils, envs, memory, sharding  # noqa: E402
-from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
-from rl4agents.train import experiment, writers  # noqa: E402
+from rl4agents import config_utils, memory, sharding  # noqa: E402
+from rl4agents.train import experiment, resolve, writers  # noqa: E402
 
 # Preset -> vocabulary of the matching Hugging Face tokenizer (Qwen2 / Qwen2.5).
 PRESETS = {"qwen2_0.5b": 151_936, "qwen2_1.5b": 151_936, "qwen2_7b": 152_064}
@@ -82,12 +81,11 @@ VALIDATION_CASES = (
 )
 
 
-def rows_for(config, env, capacity: int) -> list[dict]:
+def rows_for(config, capacity: int) -> list[dict]:
     """One table row per preset x mesh: per-device GiB of the state and the peak.
 
     Args:
       config: the base config; `model.preset` is replaced per row.
-      env: its environment (built once).
       capacity: device memory in bytes.
 
     Returns:
@@ -97,12 +95,13 @@ def rows_for(config, env, capacity: int) -> list[dict]:
     for preset, hf_vocab in PRESETS.items():
         c = config.copy_and_resolve_references()
         c.model.preset = preset
+        run = resolve.resolve(c, check_only=True)
         vocab = _VOCAB.value or hf_vocab
         for devices, meshes in MESHES.items():
             for shape in meshes:
                 mesh = dict(zip(c.mesh.axes, shape, strict=True))
-                plain = memory.estimate(c, mesh, env=env, vocab_size=vocab, remat=False)
-                remat = memory.estimate(c, mesh, env=env, vocab_size=vocab, remat=True)
+                plain = memory.estimate(run, mesh, vocab_size=vocab, remat=False)
+                remat = memory.estimate(run, mesh, vocab_size=vocab, remat=True)
                 state = sum(plain.term(k) for k in ("parameters", "optimizer", "reference"))
                 rows.append(
                     {
@@ -149,7 +148,7 @@ def validation_rows() -> list[dict]:
             - ma.alias_size_in_bytes
             + ma.temp_size_in_bytes
         )
-        est = memory.estimate(c, dict(mesh.shape), env=exp.env)
+        est = memory.estimate(exp, dict(mesh.shape))
         rows.append(
             {
                 "config": name,
@@ -240,17 +239,17 @@ def main(argv):
         )
     capacity = int(_GB.value * memory.GIB)
     try:
-        config_utils.check_choice("env.name", config.env.name, envs.registry.names())
-        config_utils.check_choice("env.vocab", config.env.vocab, ("builtin", "minimal"))
-        env = memory.make_env(config)
-        rc = memory.rollout_config(config)
-        lay = rollout_lib.make_layout(env, rc)
-        rows = rows_for(config, env, capacity)
+        run = resolve.resolve(config, check_only=True)
+        rc, lay = run.rollout_cfg, run.layout
+        rows = rows_for(config, capacity)
         detail_cfg = config.copy_and_resolve_references()
         detail_cfg.model.preset = preset
         mesh = dict(zip(config.mesh.axes, sizes, strict=True))
         detail = memory.estimate(
-            detail_cfg, mesh, env=env, vocab_size=_VOCAB.value or PRESETS[preset], capacity=capacity
+            resolve.resolve(detail_cfg, check_only=True),
+            mesh,
+            vocab_size=_VOCAB.value or PRESETS[preset],
+            capacity=capacity,
         )
     except (ValueError, KeyError) as e:  # the config does not build
         config_utils.fail(str(e))

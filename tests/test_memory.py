@@ -10,8 +10,14 @@ from flax import nnx
 
 from rl4agents import memory, sharding
 from rl4agents.models import policy
-from rl4agents.train import experiment, loop
+from rl4agents.train import experiment, loop, resolve
 from tests.train.test_train import tiny_config
+
+
+def _run(config):
+    """The resolved run of `config` (no devices, no model): what `memory.estimate` reads."""
+    return resolve.resolve(config, check_only=True)
+
 
 MESH8 = {"data": 8, "fsdp": 1, "tensor": 1}
 # The tiny config (tests/train/test_train.py): frozen_lake with the minimal vocabulary.
@@ -63,7 +69,7 @@ def test_num_params__tiny_real_model_equals_hand_count():
 
 
 def test_estimate__tiny_terms_by_hand():
-    est = memory.estimate(tiny_config(), MESH8)
+    est = memory.estimate(_run(tiny_config()), MESH8)
     assert est.num_params == TINY_PARAMS
     # Replicated state on a data-parallel mesh: params, AdamW mu + nu and the KL reference, f32.
     assert est.term("parameters") == TINY_PARAMS * 4
@@ -94,9 +100,9 @@ def test_estimate__tiny_terms_by_hand():
 
 def test_estimate__remat_keeps_layer_inputs_and_one_layer():
     config = tiny_config(**{"model.remat": True, "model.dtype": "bfloat16"})
-    est = memory.estimate(config, MESH8)
+    est = memory.estimate(_run(config), MESH8)
     assert est.term("activations") == B * L * ((LAYERS + 2) * D * 2 + _a(L, c=2)) // 8
-    no_remat = memory.estimate(config, MESH8, remat=False)
+    no_remat = memory.estimate(_run(config), MESH8, remat=False)
     assert est.term("activations") < no_remat.term("activations")
 
 
@@ -112,7 +118,7 @@ def test_estimate__state_per_device_matches_the_real_shardings():
             for leaf in jax.tree.leaves(exp.abstract_state())
             if leaf.ndim  # the step and Adam's count are scalars
         )
-        est = memory.estimate(config, dict(mesh.shape), env=exp.env)
+        est = memory.estimate(exp, dict(mesh.shape))
         assert est.term("parameters") + est.term("optimizer") + est.term("reference") == real
     # bf16 parameters: AdamW's moments stay bf16 (optax's default; no f32 master copy).
     exp = experiment.build(tiny_config(**{"model.param_dtype": "bfloat16"}), mesh=mesh)
@@ -136,10 +142,10 @@ def test_num_params__presets_match_published_counts(preset, vocab, published):
 
 def test_estimate__fsdp_splits_a_7b_state_and_data_parallel_replicates_it():
     config = tiny_config(**{"model.preset": "qwen2_7b"})
-    n = memory.estimate(config, MESH8, vocab_size=152_064).num_params
+    n = memory.estimate(_run(config), MESH8, vocab_size=152_064).num_params
     assert 7.0e9 < n < 7.7e9  # Qwen2.5-7B: 7.62e9 with its 152,064-token vocabulary
-    dp = memory.estimate(config, MESH8, vocab_size=152_064)
-    fsdp = memory.estimate(config, {"data": 1, "fsdp": 8, "tensor": 1}, vocab_size=152_064)
+    dp = memory.estimate(_run(config), MESH8, vocab_size=152_064)
+    fsdp = memory.estimate(_run(config), {"data": 1, "fsdp": 8, "tensor": 1}, vocab_size=152_064)
     assert dp.term("parameters") == n * 4
     # Only the norm scales and q/k/v biases (a few 1e5 elements) stay whole under FSDP.
     np.testing.assert_allclose(fsdp.term("parameters"), n * 4 / 8, rtol=1e-3)
@@ -160,15 +166,15 @@ def test_estimate__bounds_xla_memory_analysis(turns):
         - ma.alias_size_in_bytes
         + ma.temp_size_in_bytes
     )
-    est = memory.estimate(config, dict(exp.mesh.shape), env=exp.env)
+    est = memory.estimate(exp, dict(exp.mesh.shape))
     assert xla <= est.peak <= 1.5 * xla, (est.peak, xla)
 
 
 def test_check_fits__refuses_with_the_numbers():
     config = tiny_config()
-    est = memory.estimate(config, MESH8)
+    est = memory.estimate(_run(config), MESH8)
     with pytest.raises(ValueError) as info:
-        memory.check_fits(config, 8, 1 << 20)  # 1 MiB per device
+        memory.check_fits(_run(config), 8, 1 << 20)  # 1 MiB per device
     msg = str(info.value)
     assert f"estimated peak {memory.format_bytes(est.peak)} per device > 1.00 MiB" in msg
     assert "100,672 parameters" in msg
@@ -179,9 +185,9 @@ def test_check_fits__refuses_with_the_numbers():
 
 def test_check_fits__a_config_that_fits_passes():
     config = tiny_config()
-    est = memory.check_fits(config, 8, 80 * memory.GIB)
+    est = memory.check_fits(_run(config), 8, 80 * memory.GIB)
     assert est.capacity == 80 * memory.GIB and est.peak < est.capacity
-    assert memory.check_fits(config, 8, None).capacity is None  # unknown memory: no check
+    assert memory.check_fits(_run(config), 8, None).capacity is None  # unknown memory: no check
 
 
 def test_loop__refuses_before_allocating(tmp_path):

@@ -10,17 +10,20 @@ A credit function (`CreditFn`) has the signature
 function is the single source of truth for a variant's config section (`validate`, `defaults`).
 Resolve a variant before tracing: `functools.partial(get(name), **validate(name, hparams))`.
 
-The generic `Registry` class is reused by `rl4agents.losses.registry` for policy losses and loss
-aggregation modes.
+The table is a `rl4agents.registry.Registry`, the one registry type of every extension point;
+each variant declares the facts callers need (`needs_values`, `needs_greedy`, `needs_groups`)
+when it registers, so nothing else derives them from its name.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+
+from rl4agents.registry import Registry
+from rl4agents.types import Trajectory
 
 
 class CreditOutput(NamedTuple):
@@ -40,82 +43,11 @@ class CreditOutput(NamedTuple):
 CreditFn = Callable[..., CreditOutput]
 
 
-class Registry:
-    """Name -> function table; duplicates raise, unknown names list the known ones.
-
-    Hyperparameters of a registered function are its keyword-only parameters; positional
-    parameters are the data inputs (e.g. `traj, values`).
-    """
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._fns: dict[str, Callable[..., Any]] = {}
-        self._attrs: dict[str, dict[str, Any]] = {}
-
-    def register(self, name: str, **attrs: Any) -> Callable[[Callable], Callable]:
-        """Decorator registering `fn` under `name`; `attrs` are stored and set on `fn`."""
-
-        def wrap(fn):
-            if name in self._fns:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
-            self._fns[name] = fn
-            self._attrs[name] = dict(attrs)
-            for key, value in attrs.items():
-                setattr(fn, key, value)
-            return fn
-
-        return wrap
-
-    def names(self) -> list[str]:
-        return sorted(self._fns)
-
-    def get(self, name: str) -> Callable[..., Any]:
-        if name not in self._fns:
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {self.names()}")
-        return self._fns[name]
-
-    def attr(self, name: str, key: str, default: Any = None) -> Any:
-        self.get(name)
-        return self._attrs[name].get(key, default)
-
-    def fields(self, name: str) -> list[str]:
-        """Names of the keyword-only hyperparameters of variant `name`."""
-        params = inspect.signature(self.get(name)).parameters.values()
-        return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
-
-    def defaults(self, name: str) -> dict[str, Any]:
-        """The reference defaults of variant `name` (its config section)."""
-        params = inspect.signature(self.get(name)).parameters
-        return {k: params[k].default for k in self.fields(name)}
-
-    def validate(self, name: str, hparams: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Check `hparams` against the signature of `name`; return them merged with defaults.
-
-        Raises:
-          KeyError: unknown `name`.
-          ValueError: a field that is not a hyperparameter of `name` (message lists the
-            allowed fields).
-        """
-        allowed = self.fields(name)
-        hparams = dict(hparams or {})
-        unknown = sorted(set(hparams) - set(allowed))
-        if unknown:
-            raise ValueError(
-                f"unknown field(s) {unknown} for {self.kind} {name!r}; allowed fields: {allowed}"
-            )
-        sig = inspect.signature(self.get(name))
-        # Keep only the keyword-only parameters so the data inputs need not be supplied.
-        kw_sig = sig.replace(parameters=[sig.parameters[k] for k in allowed])
-        bound = kw_sig.bind(**hparams)
-        bound.apply_defaults()
-        return dict(bound.arguments)
-
-
-_CREDIT = Registry("credit function")
+_CREDIT = Registry("credit function", section="credit")
 
 
 def register(
-    name: str, *, needs_values: bool = False, needs_greedy: bool = False
+    name: str, *, needs_values: bool = False, needs_greedy: bool = False, needs_groups: bool = False
 ) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering a credit function under `name` (duplicates raise ValueError).
 
@@ -125,8 +57,17 @@ def register(
         as the attribute `fn.needs_values`.
       needs_greedy: the estimator consumes `traj.baseline_reward`, the score of one greedy
         episode per task, which the train step then rolls out (ReMax).
+      needs_groups: the estimator compares the samples of one task (a group baseline), so
+        `rollout.group_size` must be at least 2.
     """
-    return _CREDIT.register(name, needs_values=needs_values, needs_greedy=needs_greedy)
+    return _CREDIT.register(
+        name, needs_values=needs_values, needs_greedy=needs_greedy, needs_groups=needs_groups
+    )
+
+
+def declare(name: str, **facts: bool) -> None:
+    """Add facts (`needs_groups=True`, ...) to the registered credit function `name`."""
+    _CREDIT.declare(name, **facts)
 
 
 def get(name: str) -> CreditFn:
@@ -149,6 +90,11 @@ def requires_greedy(name: str) -> bool:
     return bool(_CREDIT.attr(name, "needs_greedy", False))
 
 
+def requires_groups(name: str) -> bool:
+    """Whether credit function `name` compares the samples of a task (group_size >= 2)."""
+    return bool(_CREDIT.attr(name, "needs_groups", False))
+
+
 def fields(name: str) -> list[str]:
     """Hyperparameter names of credit function `name`."""
     return _CREDIT.fields(name)
@@ -164,7 +110,6 @@ def probe_trajectory(
 ) -> Any:  # Trajectory of jax.ShapeDtypeStruct
     """An abstract `Trajectory` (shapes and dtypes only, optional fields included) to trace an
     estimator with `jax.eval_shape`, so that its checks of hyperparameters run at start-up."""
-    from rl4agents.types import Trajectory
 
     def spec(shape, dtype):
         return jax.ShapeDtypeStruct(shape, dtype)

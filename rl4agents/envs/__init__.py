@@ -1,8 +1,10 @@
-"""Built-in environments; importing this package registers each of them by name."""
+"""Built-in environments; importing this package registers each of them by name (the
+jitted ones and "host", Python text environments; `registry.backend(name)` tells which)."""
 
 from rl4agents.envs import (  # noqa: F401 (each module registers its environment by name)
     countdown,
     frozen_lake,
+    host,
     household,
     maze,
     search_qa,

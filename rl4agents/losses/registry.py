@@ -7,7 +7,7 @@ A loss that also takes `segment_ids` (e.g. GSPO per turn) receives the slot turn
 Aggregation signature:
     fn(loss f32[B, T], mask bool[B, T], scale: float | None) -> f32[]
 
-Same rules as the credit registry (`rl4agents.credit.registry.Registry`): duplicate names raise
+Same rules as every registry (`rl4agents.registry.Registry`): duplicate names raise
 ValueError, unknown names raise KeyError listing the known ones, hyperparameters are
 keyword-only and `validate` binds a config dict to the signature.
 """
@@ -21,9 +21,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rl4agents.credit.registry import Registry
+from rl4agents.registry import Registry
 
-POLICY_LOSSES = Registry("policy loss")
+POLICY_LOSSES = Registry("policy loss", section="loss")
 AGGREGATIONS = Registry("loss aggregation mode")
 
 

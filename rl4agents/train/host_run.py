@@ -1,12 +1,13 @@
-"""Config-driven training on host (Python) text environments: `env.name = "host"`.
+"""The "host" rollout backend: training on host (Python) text environments.
 
-`experiment.build` resolves such a config like any other (model, credit, loss, optimizer,
-mesh), with a `HostEnv` standing in for the environment, and returns a `HostExperiment`: the
-same interface `train.loop.run` and scripts/eval.py drive (train step, evaluation, state), so
-progress bars, evaluation, JSONL/TensorBoard metrics, curves, checkpoints and exact resume work
-unchanged. Its train step is `rl4agents.envs.host.host_rollout_info` (each turn's sampling one
-jitted program, the environments stepped on worker threads) followed by the jitted learning
-half of the train step (`train.step.update`), on the config's mesh.
+An environment registered with `backend="host"` (`env.name="host"`, `envs.host.HostEnv`) is
+resolved like any other (`resolve.resolve`: model, credit, loss, optimizer, mesh) and built
+into a `HostExperiment`: the same interface `train.loop.run` and scripts/eval.py drive (train
+step, evaluation, state), so progress bars, evaluation, JSONL/TensorBoard metrics, curves,
+checkpoints and exact resume work unchanged. Its train step (`host_train_step`) is
+`rollout.host.host_rollout_info` (each turn's sampling one jitted program, the environments
+stepped on worker threads) followed by the jitted learning half of the train step
+(`train.step.update`), on the config's mesh.
 
 Per-step randomness derives from `fold_in(root, state.step)`, and training resets its games
 from even seeds while the held-out splits use odd ones (`registry.split_seeds`), so a resumed
@@ -18,90 +19,80 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import ml_collections
 
-from rl4agents import config_utils, sharding, text
+from rl4agents import credit, sharding
 from rl4agents.envs import host
 from rl4agents.envs.host import registry
+from rl4agents.rollout import host as host_rollout
 from rl4agents.train import experiment as experiment_lib
+from rl4agents.train import resolve as resolve_lib
+from rl4agents.train import state as state_lib
 from rl4agents.train import step as step_lib
 
-NAME = "host"
 
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class HostEnv:
-    """The static geometry and tokenizer of host episodes (what `experiment.build` and
-    `rollout.make_layout` read of an environment)."""
-
-    max_prompt_len: int
-    max_obs_len: int
-    tokenizer: Any
-    factory: str
-    args: tuple  # sorted (name, value) pairs of the factory's keyword arguments
-    max_action_len: int = 1  # host environments parse any action text
-
-    def default_params(self, split: str) -> None:
-        del split
-        return None
-
-    def factory_for(self, split: str):
-        """`task -> TextEnv` for `split`, or None when the factory has no such split."""
-        return registry.make_factory(self.factory, split, dict(self.args))
-
-
-def make_env(c: ml_collections.ConfigDict, tokenizer=None) -> HostEnv:
-    """Validate `config.env.host` and return its `HostEnv` (the built-in tokenizer unless one
-    is given, e.g. a checkpoint's)."""
-    h = c.env.host
-    if not h.factory:
-        raise ValueError(
-            "env.name='host' needs env.host.factory; allowed: one of "
-            f"{registry.names()} or 'package.module:function'"
-        )
-    args = registry.validate(h.factory, config_utils.to_dict(h.args))
-    for field in ("max_prompt_len", "max_obs_len", "num_workers"):
-        if h[field] < 1:
-            raise ValueError(f"env.host.{field}={h[field]}; allowed: >= 1")
-    if h.step_timeout_s <= 0:
-        raise ValueError(f"env.host.step_timeout_s={h.step_timeout_s}; allowed: > 0")
-    if c.env.vocab != "builtin":
-        raise ValueError(
-            f"env.vocab={c.env.vocab!r} with env.name='host': host text is open-ended; "
-            "allowed: 'builtin' (or model.checkpoint's tokenizer)"
-        )
-    env = HostEnv(
-        max_prompt_len=h.max_prompt_len,
-        max_obs_len=h.max_obs_len,
-        tokenizer=tokenizer or text.BuiltinTokenizer(),
-        factory=h.factory,
-        args=tuple(sorted(args.items())),
-    )
-    if env.factory_for("train") is None:
-        raise ValueError(f"env.host.factory={h.factory!r} returned no training environments")
-    return env
-
-
-def check_config(c: ml_collections.ConfigDict, needs_greedy: bool) -> None:
+def check_config(c: ml_collections.ConfigDict) -> None:
     """What the jitted rollout offers and host rollouts do not; each raises a ValueError."""
     if c.rollout.context != "full":
         raise ValueError(
-            f"rollout.context={c.rollout.context!r} with env.name='host'; allowed: 'full'"
+            f"rollout.context={c.rollout.context!r} with env.name={c.env.name!r}; allowed: 'full'"
         )
     if c.sampling.dynamic:
-        raise ValueError("sampling.dynamic=True with env.name='host'; allowed: False")
-    if needs_greedy:
+        raise ValueError(f"sampling.dynamic=True with env.name={c.env.name!r}; allowed: False")
+    if credit.requires_greedy(c.credit.name):
         raise ValueError(
             f"credit.name={c.credit.name!r} needs greedy rollouts, which host environments "
             "do not run; allowed: an estimator without a greedy baseline"
         )
     if jax.process_count() > 1:
         raise ValueError(
-            f"env.name='host' runs in one process (got {jax.process_count()}); allowed: 1"
+            f"env.name={c.env.name!r} runs in one process (got {jax.process_count()}); allowed: 1"
         )
+
+
+def jit_update(cfg: step_lib.StepConfig, out_shardings=None):
+    """`update` jitted: `(state, traj, key_perm) -> (state, metrics)`, the state donated."""
+    kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+    return jax.jit(functools.partial(step_lib.update, cfg=cfg), donate_argnums=(0,), **kw)
+
+
+def host_train_step(
+    state: state_lib.TrainState,
+    key_root: jax.Array,
+    pool: host.HostPool,
+    tokenizer,
+    cfg: step_lib.StepConfig,
+    update_fn,
+) -> tuple[state_lib.TrainState, dict[str, float], host_rollout.HostInfo]:
+    """One RL iteration on host environments: `host_rollout`, then `update_fn`.
+
+    Args:
+      state: the training state (donated to `update_fn`).
+      key_root: the run's root key; the step's key is `fold_in(key_root, state.step)`, and
+        the games reset from training seeds (`registry.split_seeds`: even; held-out splits
+        use odd ones).
+      pool: the environments.
+      tokenizer: the run's tokenizer.
+      cfg: the step configuration (`resolve.step_config` with the pool's `HostSpec`).
+      update_fn: `jit_update(cfg)`, built once and reused (one compilation).
+
+    Returns:
+      The new state, a flat dict of float metrics (the update's and `HostInfo.metrics()`),
+      and the rollout's `HostInfo`.
+    """
+    key = jax.random.fold_in(key_root, jax.device_get(state.step))
+    key_rollout, key_perm = jax.random.split(key)
+    seeds = registry.split_seeds(
+        host_rollout.task_seeds(key_rollout, cfg.rollout.num_tasks), "train"
+    )
+    traj, info = host_rollout.host_rollout_info(
+        key_rollout, cfg.graphdef, state.params, pool, tokenizer, cfg.rollout, seeds
+    )
+    state, metrics = update_fn(state, traj, key_perm)
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    return state, {**metrics, **info.metrics()}, info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,31 +107,18 @@ class HostExperiment(experiment_lib.Experiment):
 
     @property
     def splits(self) -> tuple[str, ...]:
-        return tuple(s for s in registry.SPLITS if self.env.factory_for(s) is not None)
+        return self.env.splits
 
     def pool(self, split: str) -> host.HostPool:
+        """The environments of `split`, made on first use (`HostEnv.make_pool`)."""
         if split not in self.pools:
-            factory = self.env.factory_for(split)
-            if factory is None:
-                raise ValueError(
-                    f"split={split!r}: env.host.factory={self.env.factory!r} has no such split; "
-                    f"allowed: {list(self.splits)}"
-                )
-            h = self.config.env.host
-            self.pools[split] = host.HostPool(
-                factory,
-                max_prompt_len=h.max_prompt_len,
-                max_obs_len=h.max_obs_len,
-                num_workers=h.num_workers,
-                step_timeout_s=h.step_timeout_s,
-                failure_reward=h.failure_reward,
-            )
+            self.pools[split] = self.env.make_pool(split)
         return self.pools[split]
 
     def host_train_step(self, state, key_root: jax.Array):
-        """`(state, key_root) -> (state, metrics)`: `host.train.host_train_step` on the training
-        pool (rollout from training seeds, then the jitted update on the mesh)."""
-        state, metrics, _ = host.train.host_train_step(
+        """`(state, key_root) -> (state, metrics)`: `host_train_step` on the training pool
+        (rollout from training seeds, then the jitted update on the mesh)."""
+        state, metrics, _ = host_train_step(
             state, key_root, self.pool("train"), self.env.tokenizer, self.step_cfg, self._update
         )
         return state, metrics
@@ -148,11 +126,7 @@ class HostExperiment(experiment_lib.Experiment):
     @functools.cached_property
     def _update(self):
         rep = sharding.replicated(self.mesh)
-        return jax.jit(
-            functools.partial(step_lib.update, cfg=self.step_cfg),
-            out_shardings=(self.state_shardings, rep),
-            donate_argnums=(0,),
-        )
+        return jit_update(self.step_cfg, out_shardings=(self.state_shardings, rep))
 
     def eval_fn(self, split: str, num_tasks: int):
         """`(params, seed) -> metrics` on `num_tasks` fixed games of `split` (seeded by `seed`),
@@ -162,11 +136,11 @@ class HostExperiment(experiment_lib.Experiment):
         def run(params, seed):
             root = jax.random.key(seed)
             seeds = registry.split_seeds(
-                host.task_seeds(jax.random.fold_in(root, 0), num_tasks), split
+                host_rollout.task_seeds(jax.random.fold_in(root, 0), num_tasks), split
             )
             out = {}
             for mode in experiment_lib.EVAL_MODES:
-                traj = host.host_rollout(
+                traj = host_rollout.host_rollout(
                     jax.random.fold_in(root, 1),
                     self.step_cfg.graphdef,
                     params,
@@ -186,3 +160,9 @@ class HostExperiment(experiment_lib.Experiment):
         for p in self.pools.values():
             p.close()
         self.pools.clear()
+
+
+@resolve_lib.BACKENDS.register("host", check=check_config, shared_prompts=False)
+def build_host(run: resolve_lib.Run) -> HostExperiment:
+    """The `HostExperiment` of a host-environment run (its train step is the host one)."""
+    return HostExperiment(run.config, run.env, run.model_cfg, run.step_cfg, run.mesh, None)

@@ -25,7 +25,7 @@ import ml_collections
 import tqdm
 
 from rl4agents import checkpoint as checkpoint_lib
-from rl4agents import distributed, memory, provenance
+from rl4agents import distributed, provenance
 from rl4agents.train import experiment as experiment_lib
 from rl4agents.train import sft as sft_lib
 from rl4agents.train import writers
@@ -98,16 +98,8 @@ def run(
       ValueError: an invalid config, or one whose estimated memory per device exceeds the
         device memory (`memory.check_fits`), before anything is allocated.
     """
-    exp = experiment_lib.build(config, mesh=mesh)
+    exp = experiment_lib.build(config, mesh=mesh)  # checks the memory estimate too
     c = exp.config
-    memory.check_fits(
-        c,
-        exp.mesh.size,
-        memory.device_memory(c),
-        mesh_shape=dict(exp.mesh.shape),
-        env=exp.env,
-        model_cfg=exp.model_cfg,
-    )
     main = distributed.is_main()
     quiet = quiet or not main
     ckpt_dir = os.path.join(workdir, "checkpoints")

@@ -12,9 +12,11 @@ from flax import nnx
 
 from rl4agents import text
 from rl4agents.envs import host
-from rl4agents.envs.host import train as host_train
 from rl4agents.models import policy as policy_lib
+from rl4agents.rollout import host as host_rollout
 from rl4agents.rollout import rollout as rollout_lib
+from rl4agents.train import experiment, host_run, resolve
+from rl4agents.train import state as state_lib
 
 WORDS = ("<pad>", "<bos>", "<eoa>", "<unk>", "\n", "up", "down", "you", "are", "at", "goal")
 TOK = text.BuiltinTokenizer(words=WORDS + tuple("0123456789"))
@@ -84,20 +86,22 @@ def _model():
 def _faulty_rollout(seed=0):
     _, graphdef, params = _model()
     with _pool(Walk, LongWalk, RaisesOnTurn1, SleepsOnTurn1) as pool:
-        return host.host_rollout_info(jax.random.key(seed), graphdef, params, pool, TOK, CFG)
+        return host_rollout.host_rollout_info(
+            jax.random.key(seed), graphdef, params, pool, TOK, CFG
+        )
 
 
 def test_sample_turn__compiles_once_for_all_turns():
     _, graphdef, params = _model()
-    host.sample_turn.clear_cache()  # this file's first test: nothing to lose
-    host.prefill_prompt.clear_cache()
+    host_rollout.sample_turn.clear_cache()  # this file's first test: nothing to lose
+    host_rollout.prefill_prompt.clear_cache()
     with _pool(Walk, Walk, Walk, Walk) as pool:
         for seed in range(2):  # a sampled then a greedy rollout
             cfg = dataclasses.replace(CFG, greedy=bool(seed))
-            traj = host.host_rollout(jax.random.key(seed), graphdef, params, pool, TOK, cfg)
+            traj = host_rollout.host_rollout(jax.random.key(seed), graphdef, params, pool, TOK, cfg)
             assert int(np.asarray(traj.turn_valid).sum()) == CFG.batch_size * NUM_STEPS
-            assert host.sample_turn._cache_size() == 1  # K turns, two rollouts: one program
-            assert host.prefill_prompt._cache_size() == 1
+            assert host_rollout.sample_turn._cache_size() == 1  # K turns, two rollouts: one program
+            assert host_rollout.prefill_prompt._cache_size() == 1
 
 
 def test_host_rollout__fields_well_formed():
@@ -171,7 +175,9 @@ def test_host_rollout__same_key_is_identical():
     a, info_a = _faulty_rollout(0)
     _, graphdef, params = _model()
     with _pool(Walk, LongWalk, RaisesOnTurn1, SleepsOnTurn1) as pool:
-        b, info_b = host.host_rollout_info(jax.random.key(0), graphdef, params, pool, TOK, CFG)
+        b, info_b = host_rollout.host_rollout_info(
+            jax.random.key(0), graphdef, params, pool, TOK, CFG
+        )
     jax.tree.map(np.testing.assert_array_equal, a, b)
     assert info_a.actions == info_b.actions
 
@@ -200,7 +206,9 @@ def test_host_pool__exception_and_timeout_end_only_their_episode():
 def test_host_pool__reset_failure_gives_an_empty_flagged_episode():
     _, graphdef, params = _model()
     with _pool(RaisesOnReset, Walk, Walk, Walk) as pool:
-        traj, info = host.host_rollout_info(jax.random.key(1), graphdef, params, pool, TOK, CFG)
+        traj, info = host_rollout.host_rollout_info(
+            jax.random.key(1), graphdef, params, pool, TOK, CFG
+        )
     np.testing.assert_array_equal(info.failed, [True, True] + [False] * 6)
     assert {f.turn for f in info.failures} == {-1} and "OSError" in info.failures[0].message
     assert not np.any(np.asarray(traj.action_mask)[:2]) and not np.any(traj.turn_valid[:2])
@@ -255,14 +263,15 @@ def test_normalize_step__accepts_gym_shapes_and_rejects_others():
 def test_host_train__update_steps_change_params_with_finite_metrics():
     model_cfg, _, _ = _model()
     pool_ = _pool(Walk, Walk, LongWalk, Walk)
-    step_cfg = host_train.step_config(pool_.spec, model_cfg, CFG, lr=1e-2)
-    state = host_train.init_state(jax.random.key(0), model_cfg, step_cfg)
-    update_fn = host_train.jit_update(step_cfg)
+    optim = state_lib.make_optimizer(lr=1e-2)
+    step_cfg = resolve.step_config(pool_.spec, model_cfg, CFG, None, optim=optim)
+    state = experiment.make_state(model_cfg, step_cfg, jax.random.key(0))
+    update_fn = host_run.jit_update(step_cfg)
     before = jax.device_get(state.params)
     advantages = []
     with pool_:
         for _ in range(3):
-            state, metrics, info = host_train.host_train_step(
+            state, metrics, info = host_run.host_train_step(
                 state, jax.random.key(0), pool_, TOK, step_cfg, update_fn
             )
             assert all(np.isfinite(v) for v in metrics.values()), metrics
@@ -321,7 +330,9 @@ def test_textarena__host_rollout_on_three_games():
         lambda task: host.TextArenaEnv(GAMES[task]), max_prompt_len=64, max_obs_len=24
     )
     with pool:
-        traj, info = host.host_rollout_info(jax.random.key(3), graphdef, params, pool, TOK, cfg)
+        traj, info = host_rollout.host_rollout_info(
+            jax.random.key(3), graphdef, params, pool, TOK, cfg
+        )
     assert not info.failed.any(), info.failures
     # Each game's prompt came from TextArena, clipped to the prompt block and flagged.
     assert "Guess The Number" in info.observations[0][0]

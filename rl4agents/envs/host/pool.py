@@ -112,6 +112,11 @@ class HostSpec:
     max_obs_len: int  # O: observation tokens kept per turn
     max_action_len: int = 1  # host environments parse any action text
 
+    def default_params(self, split: str) -> None:
+        """Host environments carry their settings themselves: no params pytree."""
+        del split
+        return None
+
 
 class HostPool:
     """Runs the B episodes of a batch, one fresh `TextEnv` each, on host threads.

@@ -18,26 +18,26 @@ from typing import Any
 
 import numpy as np
 
+from rl4agents.registry import Registry
+
 SPLITS = ("train", "test", "ood")
-_FACTORIES: dict[str, Callable[..., Any]] = {}
+FACTORIES = Registry("host factory")
 
 
 def register(name: str):
     """Decorator: register a factory `fn(split, **kwargs)` under `name`."""
 
     def wrap(fn):
-        if name in _FACTORIES:
-            raise ValueError(f"host factory {name!r} is already registered")
         if next(iter(inspect.signature(fn).parameters), None) != "split":
             raise ValueError(f"host factory {name!r}: the first parameter must be `split`")
-        _FACTORIES[name] = fn
-        return fn
+        return FACTORIES.register(name)(fn)
 
     return wrap
 
 
 def names() -> list[str]:
-    return sorted(_FACTORIES)
+    """Sorted names of the registered factories."""
+    return FACTORIES.names()
 
 
 def resolve(name: str) -> Callable[..., Any]:
@@ -46,8 +46,8 @@ def resolve(name: str) -> Callable[..., Any]:
     Raises:
       ValueError: an unknown name (listing the registered ones) or a path that does not import.
     """
-    if name in _FACTORIES:
-        return _FACTORIES[name]
+    if name in FACTORIES:
+        return FACTORIES.get(name)
     if ":" in name:
         module, _, attr = name.partition(":")
         try:
