@@ -164,7 +164,7 @@ class TextEnv:
 
     def ood_config(self) -> Any:
         """The settings of the "ood" split's environment (harder or larger tasks)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement ood_config")
 
     def default_params(self, split: str = "train") -> SplitParams:
         """Params selecting the task class `split` ("ood": either class) for this env."""
@@ -183,7 +183,7 @@ class TextEnv:
 
     def reset_env(self, key: jax.Array, params: Any) -> tuple[Any, jax.Array, jax.Array]:
         """(state, obs_tokens int32[P], obs_len int32[]) of a new episode."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement reset_env")
 
     def step_env(
         self,
@@ -194,7 +194,7 @@ class TextEnv:
         params: Any,
     ) -> tuple[Any, TimeStep]:
         """One turn of a live episode: the next state and its timestep (obs int32[O])."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement step_env")
 
     def reset(self, key: jax.Array, params: Any) -> tuple[Any, TimeStep]:
         """A new episode from `reset_env`: no reward, not done, the prompt as observation.
@@ -245,7 +245,7 @@ class TextEnv:
 
     def anchor(self, state: Any) -> jax.Array:
         """uint32[] hash of the observable state."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement anchor")
 
     # Text and host-side helpers.
 
@@ -255,15 +255,15 @@ class TextEnv:
 
     def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
         """Every fragment table the env encodes text with."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement fragment_tables")
 
     def render(self, state: Any) -> str:
         """One host-side state as text."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement render")
 
     def oracle_actions(self, state: Any) -> list[int] | None:
         """A plan of action ids from a host-side state to success, or None."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement oracle_actions")
 
 
 def absorbing(done: jax.Array, old, new):
