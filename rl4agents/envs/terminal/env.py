@@ -279,7 +279,7 @@ class Terminal(base.TextEnv):
         cwd = jnp.where(command == CD_UP, jnp.asarray(tree.parent)[state.cwd], cwd)
         grep_rows, grep_shown, target_shown = shell.grep(self, state, arg)
         submitted = command == SUBMIT
-        correct = submitted & (arg == shell.target_value(self, state))
+        correct = submitted & (arg == shell.target_value(state))
         key_dir = jnp.asarray(tree.file_dir)[state.target_file]
         on_key_path = jnp.asarray(tree.ancestor)[key_dir, jnp.asarray(tree.dir_depth)[cwd]] == cwd
         new_state = state.replace(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rl4agents.envs.terminal.env import Terminal
 
 
-def target_value(env: Terminal, state: TerminalState) -> jax.Array:
+def target_value(state: TerminalState) -> jax.Array:
     """int32[] index into VALUES of the key line's value."""
     return state.line_value[state.target_file, state.target_line]
 
