@@ -1,4 +1,4 @@
-"""The credit-assignment ablation of issue 3: FrozenLake 8x8 (slippery) and Sokoban 6x6.
+"""The credit-assignment ablation: FrozenLake 8x8 (slippery) and Sokoban 6x6.
 
   python scripts/train.py --config=configs/ablation.py:frozen_lake8 --workdir=runs/a_fl
   python scripts/train.py --config=configs/ablation.py:sokoban6,gigpo --workdir=runs/a_sok

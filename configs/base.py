@@ -77,7 +77,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.kl_in_reward = False  # True: -beta * KL per action token in the reward, not the loss
     c.loss.kl_reward_estimator = "k1"  # the KL in the reward (verl algorithm.kl_penalty "kl")
     # beta of the KL in the reward: "fixed" | "adaptive" (Ziegler et al.: from kl_coef, moved
-    # each step towards kl_target with verl's kl_ctrl rule; methods.md 7.2)
+    # each step towards kl_target with verl's kl_ctrl rule; docs/methods.md, "KL in the loss vs
+    # in the reward, and the adaptive controller")
     c.loss.kl_ctrl = "fixed"
     c.loss.kl_target = 0.1
     c.loss.kl_horizon = 10000.0
@@ -165,3 +166,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"configs/base.py takes no argument, got {arg!r}")
     c.lock()
     return c
+
+
+def set_credit(c: ml_collections.ConfigDict, name: str, value_head: str = "shared") -> None:
+    """Select credit variant `name`; one that needs a critic (its registry entry declares
+    `needs_values`: ppo_gae, turn_gae, ...) gets a `value_head` when the config has none.
+
+    An unknown `name` is left for the start-up check to refuse (naming the allowed ones).
+    """
+    c.credit.name = name
+    if name in credit.names() and credit.requires_values(name) and c.model.value_head == "none":
+        c.model.value_head = value_head

@@ -49,8 +49,6 @@ def get_config(arg: str | None = None):
         c.init.count_wall = True  # train.max_minutes and the curves include the SFT time
         c.train.eval_tasks = 256
         variant = "grpo"
-    c.credit.name = variant
-    if c.credit.name == "ppo_gae":
-        c.model.value_head = "shared"
+    base.set_credit(c, variant)
     c.lock()
     return c

@@ -31,8 +31,6 @@ def get_config(arg: str | None = None):
     c.train.eval_every = 50
     c.train.eval_tasks = 64
     c.train.ood_max_turns = 24  # held-out goals with 9 objects: also at most ~22 turns
-    c.credit.name = arg or "grpo"
-    if c.credit.name == "ppo_gae":
-        c.model.value_head = "shared"
+    base.set_credit(c, arg or "grpo")
     c.lock()
     return c

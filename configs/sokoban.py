@@ -29,11 +29,10 @@ def get_config(arg: str | None = None):
     c.train.max_minutes = 60.0
     c.train.eval_every = 50
     c.train.ood_max_turns = 24  # 7x7 rooms with 2 boxes need ~7-9 moves, up to ~20
-    c.credit.name = arg or "grpo"
+    # A critic gets a trunk of its own: on a shared trunk the value regression steers the
+    # policy's features (experiments/results: ppo_gae below random play on a shared one).
+    base.set_credit(c, arg or "grpo", value_head="separate")
     if c.credit.name == "ppo_gae":
-        # A separate critic: on a shared trunk the value regression steered the policy's
-        # features and ppo_gae stayed below random play in 55 minutes (results README).
-        c.model.value_head = "separate"
         c.credit.ppo_gae.gamma = 1.0
         c.credit.ppo_gae.lam = 0.95
     c.lock()

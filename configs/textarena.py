@@ -41,8 +41,6 @@ def get_config(arg: str | None = None):
     c.train.max_minutes = 20.0
     c.train.eval_every = 25
     c.train.eval_tasks = 32
-    c.credit.name = arg or "grpo"
-    if c.credit.name == "ppo_gae":
-        c.model.value_head = "shared"
+    base.set_credit(c, arg or "grpo")
     c.lock()
     return c

@@ -31,8 +31,6 @@ def get_config(arg: str | None = None):
     c.train.max_minutes = 60.0
     c.train.eval_every = 50
     c.train.ood_max_turns = 48
-    c.credit.name = arg or "grpo"
-    if c.credit.name == "ppo_gae":
-        c.model.value_head = "shared"
+    base.set_credit(c, arg or "grpo")
     c.lock()
     return c

@@ -6,8 +6,9 @@ import sys
 import pytest
 
 from configs import base, frozen_lake
-from rl4agents import credit, envs, losses, sharding
-from rl4agents.train import experiment
+from rl4agents import config_utils, credit, envs, losses, memory, sharding
+from rl4agents.rollout import rollout as rollout_lib
+from rl4agents.train import experiment, resolve
 
 
 def _cfg(**overrides):
@@ -242,3 +243,38 @@ def test_frozen_lake_sft_variant__the_quickstart_recipe():
     assert (c.sft.num_demos, c.sft.steps, c.optim.lr, c.loss.entropy_coef) == (2048, 600, 1e-4, 0)
     assert c.loss.kl_coef > 0  # anchored to the cloned policy
     assert frozen_lake.get_config().init.count_wall is False
+
+
+ENV_CONFIGS = (
+    "countdown",
+    "frozen_lake",
+    "household",
+    "maze",
+    "search_qa",
+    "sokoban",
+    "terminal",
+    "two_agent",
+    "web_shop",
+    "wordle",
+)
+
+
+@pytest.mark.parametrize("name", ENV_CONFIGS)
+def test_env_configs__every_critic_variant_gets_a_value_head(name):
+    """`configs/<env>.py:<variant>` selects a value head from the variant's registry entry
+    (`needs_values`), so every critic estimator builds, not only ppo_gae."""
+    for variant in credit.names():
+        c = config_utils.load_config_file(f"configs/{name}.py:{variant}")
+        assert (c.model.value_head != "none") == credit.requires_values(variant), variant
+    experiment.build(config_utils.load_config_file(f"configs/{name}.py:turn_gae"), check_only=True)
+
+
+def test_resolve__one_reader_of_the_config():
+    """`resolve` returns every piece a run needs; `build` and the memory estimate use it."""
+    c = frozen_lake.get_config()
+    run = resolve.resolve(c, check_only=True)
+    assert run.backend == "jax" and run.step_cfg is None and run.mesh is None
+    assert run.layout == rollout_lib.make_layout(run.env, run.rollout_cfg)
+    assert run.model_cfg.vocab_size == run.tokenizer.vocab_size
+    est = memory.estimate(run, {"data": 1, "fsdp": 1, "tensor": 1})
+    assert est.num_params == memory.num_params(run.model_cfg)
