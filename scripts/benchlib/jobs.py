@@ -7,7 +7,6 @@ and reports the first call (trace + compile + run) apart from the timed repeats.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -15,12 +14,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
-from rl4agents import credit, losses, sharding
+from rl4agents import sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment as experiment_lib
+from rl4agents.train import resolve
 from rl4agents.train import state as state_lib
 from rl4agents.train import step as step_lib
 
@@ -104,22 +103,16 @@ def peer_step_config(
     """The peers' GRPO update as a `StepConfig`: group-normalised outcome advantages (unbiased
     std + 1e-4, as TRL), clipped surrogate (eps 0.2, no dual clip), beta 0, no entropy bonus,
     one AdamW update per batch (TRL defaults: weight decay 0, gradient clipping at norm 1)."""
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(model_cfg, nnx.Rngs(0))))
-    policy_fn = functools.partial(
-        losses.get("ppo_clip"), clip_low=clip, clip_high=clip, dual_clip_c=None, agg=agg
-    )
-    return step_lib.StepConfig(
-        graphdef=graphdef,
-        env=env,
-        env_params=env.default_params("train"),
-        rollout=rollout_cfg,
-        credit_fn=functools.partial(credit.get("grpo"), eps=std_eps, scale="group"),
-        needs_values=False,
-        loss=step_lib.LossConfig(policy_fn=policy_fn, agg=agg),
-        optimizer=state_lib.make_optimizer(lr=lr, weight_decay=0.0, grad_clip=1.0),
-        epochs=1,
-        minibatches=1,
-        mesh=mesh,
+    return resolve.step_config(
+        env,
+        model_cfg,
+        rollout_cfg,
+        mesh,
+        credit_name="grpo",
+        credit_kwargs={"eps": std_eps, "scale": "group"},
+        policy_loss="ppo_clip",
+        policy_kwargs={"clip_low": clip, "clip_high": clip, "dual_clip_c": None, "agg": agg},
+        optim=state_lib.make_optimizer(lr=lr, weight_decay=0.0, grad_clip=1.0),
         shared_prompt=rollout_lib.make_layout(env, rollout_cfg).prompt,  # as train.share_prompt
     )
 
