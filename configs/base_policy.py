@@ -75,13 +75,13 @@ def _add_pretrain(c: ml_collections.ConfigDict) -> None:
     # Noise levels of the imperfect demonstrations: each episode takes, every turn, a uniformly
     # random action with probability eps, else the oracle's; episodes cycle through the levels.
     p.eps = "0,0.1,0.25,0.5"
-    p.demos_per_env = 512  # episodes on training tasks per environment, failed ones kept
+    p.demos_per_env = 256  # episodes on training tasks per environment, failed ones kept
     # Sampling weight of each environment's batches ("name=w,..."; unlisted: 1).
     p.weights = ""
-    p.steps = 3000  # optimizer steps, each on one environment's batch
+    p.steps = 2500  # optimizer steps, each on one environment's batch
     p.batch_size = 16  # episodes per step
     p.lr = 1e-3
-    p.warmup_steps = 100  # then cosine decay to 0
+    p.warmup_steps = 50  # then cosine decay to 0
     p.eval_tasks = 256  # held-out tasks per environment for the final evaluation
     p.max_minutes = 0.0  # stop training after this much wall time (0 = no limit)
     p.eval_every = 0  # also evaluate (test split) every this many steps (0 = at the end only)
