@@ -19,9 +19,9 @@ point carry its own base config file, so one study can span several environments
 turns a sweep into named `Run`s; `resolve` loads a run's config, checks every override (the key
 exists, the type fits) and checks that the command line `train.py` will get yields the same
 config; `check_config` runs train.py's start-up checks of the values that need no device,
-model or compile, so a sweep refuses a bad run before any run starts. The rest reads results
-back: run status from `summary.json`, mean/std over seeds, and mean/min/max learning curves,
-for `scripts/make_table.py`.
+model or compile, so a sweep refuses a bad run before any run starts. Reading results back
+(run status, mean/std over seeds, learning curves) is `rl4agents.results`; loading config
+files and parsing overrides is `rl4agents.config_utils`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import math
 import os
 import re
 import warnings
@@ -42,16 +41,17 @@ import ml_collections
 
 from rl4agents import config_utils
 from rl4agents.config_utils import flatten, load_config, split_spec, suggest  # noqa: F401
-from rl4agents.train import experiment, writers
+from rl4agents.results import (  # noqa: F401 (the files of a run and of a study)
+    COMMAND_NAME,
+    CONFIG_NAME,
+    LOG_NAME,
+    METRICS_NAME,
+    PLAN_NAME,
+    SUMMARY_NAME,
+)
+from rl4agents.train import experiment
 
 SEED_KEY = "seed"
-CONFIG_NAME = "config.json"  # the resolved config, written by scripts/sweep.py
-COMMAND_NAME = "command.txt"
-LOG_NAME = "log.txt"
-SUMMARY_NAME = writers.SUMMARY_NAME
-read_summary = writers.read_summary  # the run's summary.json, or None
-METRICS_NAME = "metrics.jsonl"
-PLAN_NAME = "sweep.json"  # the expanded study, in the sweep's output directory
 
 _VALUE_TYPES = (bool, int, float, str, tuple, list, type(None))
 _MAX_DIRNAME = 200
@@ -477,93 +477,3 @@ def config_diff(a: Mapping, b: Mapping, ignore: Iterable[str] = ()) -> list[str]
 
 def _plain(value: Any) -> Any:
     return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
-
-
-def is_complete(workdir: str) -> bool:
-    """Whether the run finished: summary.json says `"finished": true`."""
-    summary = read_summary(workdir)
-    return bool(summary) and summary.get("finished") is True
-
-
-def run_status(workdir: str) -> tuple[str, str]:
-    """("complete" | "incomplete" | "missing", a short explanation) for a run directory."""
-    if not os.path.isdir(workdir):
-        return "missing", "never started"
-    summary = read_summary(workdir)
-    if summary is None:
-        return "incomplete", "no summary.json (running, killed or crashed)"
-    if summary.get("finished") is not True:
-        return "incomplete", f"stopped at step {summary.get('steps')} before finishing"
-    return "complete", f"finished at step {summary.get('steps')}"
-
-
-def get_dotted(tree: Mapping, key: str) -> Any:
-    """tree["a"]["b"] for key "a.b"; None if any part is missing."""
-    node: Any = tree
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def parse_metric(spec: str) -> tuple[str, str]:
-    """ "KEY[:max|:min]" -> (KEY, "max" | "min"); which direction is better (default max)."""
-    key, _, goal = spec.partition(":")
-    goal = goal or "max"
-    if not key or goal not in ("max", "min"):
-        raise ValueError(f"metric {spec!r}: allowed: 'KEY', 'KEY:max' or 'KEY:min'")
-    return key, goal
-
-
-@dataclasses.dataclass(frozen=True)
-class Stat:
-    """Mean and sample standard deviation (ddof=1; None for one value) of `n` values."""
-
-    mean: float
-    std: float | None
-    n: int
-
-
-def mean_std(values: Sequence[float]) -> Stat | None:
-    """The statistics of the finite values; None if there are none."""
-    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not values:
-        return None
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
-    return Stat(mean, std, n)
-
-
-def short_labels(variants: Sequence[Sequence[str]]) -> list[str]:
-    """Row labels: each variant's parts minus those every variant shares; "base" if empty."""
-    common = set(variants[0]).intersection(*map(set, variants[1:])) if variants else set()
-    return [", ".join(p for p in v if p not in common) or "base" for v in variants]
-
-
-def curve_stats(
-    series: Sequence[Sequence[tuple[float, float]]],
-) -> tuple[list[float], list[float], list[float], list[float], list[int]]:
-    """Mean, min and max over runs at every x that some run logged.
-
-    Args:
-      series: per run, (x, y) points.
-
-    Returns:
-      xs, mean, min, max, and the number of runs at each x.
-    """
-    by_x: dict[float, list[float]] = {}
-    for points in series:
-        for x, y in points:
-            if y is not None and math.isfinite(y):
-                by_x.setdefault(x, []).append(y)
-    xs = sorted(by_x)
-    ys = [by_x[x] for x in xs]
-    return (
-        xs,
-        [sum(v) / len(v) for v in ys],
-        [min(v) for v in ys],
-        [max(v) for v in ys],
-        [len(v) for v in ys],
-    )

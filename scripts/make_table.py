@@ -36,7 +36,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from rl4agents import config_utils, provenance  # noqa: E402
+from rl4agents import config_utils, provenance, results  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 from rl4agents.train import writers  # noqa: E402
 
@@ -69,7 +69,7 @@ class Table:
     rows: list[str]
     envs: list[str]
     metrics: list[tuple[str, str]]  # (key, "max" | "min")
-    cells: dict  # (row, env, metric key) -> sweep_lib.Stat
+    cells: dict  # (row, env, metric key) -> results.Stat
     best: set  # (row, env, metric key) in bold
 
 
@@ -80,15 +80,15 @@ def load_entries(sweep_dir: str, strip: str = "", only: str | None = None) -> li
     a config argument ("frozen_lake8,grpo" -> "grpo") so that one row spans the environments.
     `only`: keep the runs whose name contains it (as `scripts/sweep.py --only`).
     """
-    path = os.path.join(sweep_dir, sweep_lib.PLAN_NAME)
+    path = os.path.join(sweep_dir, results.PLAN_NAME)
     if not os.path.exists(path):
         raise ValueError(
-            f"--sweep={sweep_dir!r} is not a sweep directory (no {sweep_lib.PLAN_NAME}); "
+            f"--sweep={sweep_dir!r} is not a sweep directory (no {results.PLAN_NAME}); "
             "allowed: an --out of scripts/sweep.py"
         )
     with open(path) as f:
         plan = json.load(f)["runs"]
-    labels = sweep_lib.short_labels([tuple(r["variant"]) for r in plan])
+    labels = results.short_labels([tuple(r["variant"]) for r in plan])
     if strip:
         labels = [re.sub(strip, "", label) or "base" for label in labels]
     entries = []
@@ -96,12 +96,12 @@ def load_entries(sweep_dir: str, strip: str = "", only: str | None = None) -> li
         if only is not None and only not in r["name"]:
             continue
         workdir = os.path.join(sweep_dir, r["dir"])
-        status, detail = sweep_lib.run_status(workdir)
+        status, detail = results.run_status(workdir)
         e = Entry(r["name"], workdir, label, r["env"], r["seed"], status, detail)
         e.spec = r.get("config")
-        config_path = os.path.join(workdir, sweep_lib.CONFIG_NAME)
+        config_path = os.path.join(workdir, results.CONFIG_NAME)
         if status == "complete":
-            e.summary = sweep_lib.read_summary(workdir)
+            e.summary = results.read_summary(workdir)
             e.provenance = provenance.read(workdir)
             if os.path.exists(config_path):
                 with open(config_path) as f:
@@ -202,7 +202,7 @@ def aggregate(
         for env in envs:
             runs = [e for e in done if e.label == row and e.env == env]
             for key, _ in metrics:
-                stat = sweep_lib.mean_std([sweep_lib.get_dotted(e.summary, key) for e in runs])
+                stat = results.mean_std([results.get_dotted(e.summary, key) for e in runs])
                 if stat is not None:
                     cells[(row, env, key)] = stat
     best = set()
@@ -223,7 +223,7 @@ def _num(x: float, like: float | None = None) -> str:
     return f"{x:.{_decimals(x if like is None else like)}f}"
 
 
-def cell_text(stat: sweep_lib.Stat, pm: str = "±") -> str:
+def cell_text(stat: results.Stat, pm: str = "±") -> str:
     """ "0.710 ± 0.030" (no std when n = 1)."""
     if stat.std is None:
         return _num(stat.mean)
@@ -335,7 +335,7 @@ def runs_csv(entries: list[Entry], metrics: list[tuple[str, str]], path: str) ->
         w = csv.writer(f)
         w.writerow(["name", "variant", "env", "seed", "status", "detail"] + [k for k, _ in metrics])
         for e in entries:
-            values = [sweep_lib.get_dotted(e.summary or {}, k) for k, _ in metrics]
+            values = [results.get_dotted(e.summary or {}, k) for k, _ in metrics]
             values = ["" if v is None else v for v in values]
             w.writerow([e.name, e.label, e.env, e.seed, e.status, e.detail] + values)
 
@@ -406,7 +406,7 @@ def plot_env_curves(entries: list[Entry], env: str, keys: list[str], png: str) -
         for label in dict.fromkeys(e.label for e in done):
             runs = [e for e in done if e.label == label]
             series = [_series(e.workdir, key) for e in runs]
-            xs, mean, lo, hi, _ = sweep_lib.curve_stats(series)
+            xs, mean, lo, hi, _ = results.curve_stats(series)
             if not xs:
                 continue
             marker = "o" if len(xs) < 30 else None
@@ -425,7 +425,7 @@ def plot_env_curves(entries: list[Entry], env: str, keys: list[str], png: str) -
 
 
 def _series(workdir: str, key: str) -> list[tuple[float, float]]:
-    rows = writers.read_metrics(os.path.join(workdir, sweep_lib.METRICS_NAME))
+    rows = writers.read_metrics(os.path.join(workdir, results.METRICS_NAME))
     return [(r["step"], r[key]) for r in rows if key in r and "step" in r]
 
 
@@ -437,7 +437,7 @@ def check_keys(entries: list[Entry], metrics: list[tuple[str, str]], curve_keys:
     done = [e for e in entries if e.status == "complete"]
     if not done:
         return
-    default_metrics = [sweep_lib.parse_metric(m)[0] for m in DEFAULT_METRICS.split(",")]
+    default_metrics = [results.parse_metric(m)[0] for m in DEFAULT_METRICS.split(",")]
     known = {}
     for e in done:
         known.update(sweep_lib.flatten(e.summary or {}))
@@ -455,7 +455,7 @@ def check_keys(entries: list[Entry], metrics: list[tuple[str, str]], curve_keys:
     if todo:
         names = set()
         for e in done:
-            for row in writers.read_metrics(os.path.join(e.workdir, sweep_lib.METRICS_NAME)):
+            for row in writers.read_metrics(os.path.join(e.workdir, results.METRICS_NAME)):
                 names.update(row)
         for key in todo:
             if key not in names:
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"--strip={args.strip!r}: {e}; allowed: a regular expression"
             ) from None
-        metrics = [sweep_lib.parse_metric(m) for m in args.metric.split(",") if m]
+        metrics = [results.parse_metric(m) for m in args.metric.split(",") if m]
         if not metrics:
             raise ValueError(f"--metric={args.metric!r}; allowed: KEY[:max|:min], comma separated")
         entries = load_entries(args.sweep, args.strip, args.only)
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             names = ", ".join(e.name for e in load_entries(args.sweep, args.strip)[:5])
             raise ValueError(f"--only={args.only!r} matches no run; runs: {names}, ...")
         check_keys(entries, metrics, keys)
-        with open(os.path.join(args.sweep, sweep_lib.PLAN_NAME)) as f:
+        with open(os.path.join(args.sweep, results.PLAN_NAME)) as f:
             plan = json.load(f)
         varied = varied_keys(plan["runs"])
         table = aggregate(entries, metrics, varied, allow_mixed=args.allow_mixed)

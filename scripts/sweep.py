@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ml_collections  # noqa: E402
 import tqdm  # noqa: E402
 
-from rl4agents import config_utils, provenance  # noqa: E402
+from rl4agents import config_utils, provenance, results  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 
 TRAIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
@@ -129,7 +129,7 @@ def changed_configs(jobs: list[Job]) -> list[str]:
     """Runs whose stored config.json differs from the study's config now."""
     errors = []
     for job in jobs:
-        path = os.path.join(job.workdir, sweep_lib.CONFIG_NAME)
+        path = os.path.join(job.workdir, results.CONFIG_NAME)
         if not os.path.exists(path):
             continue
         with open(path) as f:
@@ -164,10 +164,10 @@ def write_plan(out: str, study: sweep_lib.Study, jobs: list[Job]) -> None:
         for j in jobs
     ]
     os.makedirs(out, exist_ok=True)
-    tmp = os.path.join(out, sweep_lib.PLAN_NAME + ".tmp")
+    tmp = os.path.join(out, results.PLAN_NAME + ".tmp")
     with open(tmp, "w") as f:
         json.dump({"study": study.name, "path": study.path, "runs": entries}, f, indent=2)
-    os.replace(tmp, os.path.join(out, sweep_lib.PLAN_NAME))
+    os.replace(tmp, os.path.join(out, results.PLAN_NAME))
 
 
 def _command_text(job: Job, env: dict[str, str]) -> str:
@@ -179,11 +179,11 @@ def _command_text(job: Job, env: dict[str, str]) -> str:
 def launch(job: Job, env: dict[str, str]) -> tuple[subprocess.Popen, object]:
     """Writes config.json and command.txt, then starts the run with output to log.txt."""
     os.makedirs(job.workdir, exist_ok=True)
-    with open(os.path.join(job.workdir, sweep_lib.CONFIG_NAME), "w") as f:
+    with open(os.path.join(job.workdir, results.CONFIG_NAME), "w") as f:
         f.write(sweep_lib.config_json(job.config) + "\n")
-    with open(os.path.join(job.workdir, sweep_lib.COMMAND_NAME), "w") as f:
+    with open(os.path.join(job.workdir, results.COMMAND_NAME), "w") as f:
         f.write(_command_text(job, env))
-    log = open(os.path.join(job.workdir, sweep_lib.LOG_NAME), "a")
+    log = open(os.path.join(job.workdir, results.LOG_NAME), "a")
     log.write(f"=== {_now()} start: {shlex.join(job.argv)}\n")
     log.flush()
     # Own session: a terminal's Ctrl-C reaches only this runner, which stops workers itself.
@@ -199,7 +199,7 @@ def _now() -> str:
 
 def outcome(job: Job, returncode: int) -> str | None:
     """None if the run is now complete, else why not."""
-    if returncode == 0 and sweep_lib.is_complete(job.workdir):
+    if returncode == 0 and results.is_complete(job.workdir):
         return None
     if returncode < 0:
         return f"killed by {signal.Signals(-returncode).name}"
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cores = os.cpu_count() or 1
     devices = max(1, cores // args.workers)
-    status = {j.run.name: sweep_lib.run_status(j.workdir)[0] for j in jobs}
+    status = {j.run.name: results.run_status(j.workdir)[0] for j in jobs}
     print(f"Study {study.name} ({study.path}): {len(jobs)} runs -> {out}")
     print_plan(jobs, selected, status, args.dry_run)
     todo = [j for j in selected if status[j.run.name] != "complete"]
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(failed)} failed, {len(interrupted)} interrupted or not started."
     )
     for job, reason in failed:
-        log = os.path.join(job.workdir, sweep_lib.LOG_NAME)
+        log = os.path.join(job.workdir, results.LOG_NAME)
         print(f"  FAILED {job.run.name}: {reason}; log: {log}")
         last = _last_line(log)
         if last:

@@ -19,7 +19,7 @@ import warnings
 import pytest
 from absl import flags
 
-from rl4agents import sweep
+from rl4agents import results, sweep
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BASE = str(ROOT / "configs" / "base.py")
@@ -352,7 +352,7 @@ def test_runner__skips_complete_resumes_killed_reports_failed(fake, monkeypatch,
     assert "killed by SIGKILL" in text
     assert "2 done, 0 skipped (already complete), 2 failed" in text
     ok_dir = "base__optim.lr=0.1__seed=0"
-    assert sweep.is_complete(str(out / ok_dir))
+    assert results.is_complete(str(out / ok_dir))
     command = (out / ok_dir / "command.txt").read_text()
     assert "--config.optim.lr=0.1 --config.seed=0 --config.log.progress=False" in command
     config = json.loads((out / ok_dir / "config.json").read_text())
@@ -373,7 +373,7 @@ def test_runner__skips_complete_resumes_killed_reports_failed(fake, monkeypatch,
     text = capsys.readouterr().out
     assert "1 done, 2 skipped (already complete), 1 failed" in text
     assert _calls(out, ok_dir) == 1 and _calls(out, f"base__{killed}") == 2
-    assert sweep.is_complete(str(out / f"base__{killed}"))
+    assert results.is_complete(str(out / f"base__{killed}"))
     assert (log.read_text().count("=== ") == 4) and "exit code 3" in log.read_text()
 
     monkeypatch.setenv("FAKE_BEHAVIOUR", "{}")
@@ -740,16 +740,16 @@ def test_make_table__single_seed_has_no_std_and_cells_must_match(tmp_path):
 
 
 def test_stats_helpers():
-    assert sweep.mean_std([1.0, 2.0, 3.0]) == sweep.Stat(2.0, 1.0, 3)
-    assert sweep.mean_std([4.0, None, float("nan")]) == sweep.Stat(4.0, None, 1)
-    assert sweep.mean_std([]) is None
-    assert sweep.short_labels([("a", "x=1"), ("a", "x=2")]) == ["x=1", "x=2"]
-    assert sweep.short_labels([("a",), ("a",)]) == ["base", "base"]
-    xs, mean, lo, hi, n = sweep.curve_stats([[(1, 0.0), (2, 1.0)], [(1, 1.0)]])
+    assert results.mean_std([1.0, 2.0, 3.0]) == results.Stat(2.0, 1.0, 3)
+    assert results.mean_std([4.0, None, float("nan")]) == results.Stat(4.0, None, 1)
+    assert results.mean_std([]) is None
+    assert results.short_labels([("a", "x=1"), ("a", "x=2")]) == ["x=1", "x=2"]
+    assert results.short_labels([("a",), ("a",)]) == ["base", "base"]
+    xs, mean, lo, hi, n = results.curve_stats([[(1, 0.0), (2, 1.0)], [(1, 1.0)]])
     assert (xs, mean, lo, hi, n) == ([1, 2], [0.5, 1.0], [0.0, 1.0], [1.0, 1.0], [2, 1])
-    assert sweep.parse_metric("wall_s:min") == ("wall_s", "min")
+    assert results.parse_metric("wall_s:min") == ("wall_s", "min")
     with pytest.raises(ValueError, match=r"metric 'x:best': allowed"):
-        sweep.parse_metric("x:best")
+        results.parse_metric("x:best")
 
 
 # End to end on the example study.

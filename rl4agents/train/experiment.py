@@ -68,6 +68,11 @@ class Experiment:
     train_step: Any  # jitted (state, key_root) -> (state, metrics)
 
     @property
+    def env_label(self) -> str:
+        """The environment's name in messages ("frozen_lake")."""
+        return self.config.env.name
+
+    @property
     def rollout_cfg(self) -> rollout_lib.RolloutConfig:
         return self.step_cfg.rollout
 

@@ -106,6 +106,11 @@ class HostExperiment(experiment_lib.Experiment):
             object.__setattr__(self, "train_step", self.host_train_step)
 
     @property
+    def env_label(self) -> str:
+        """"host:<factory>": the environment's name in messages."""
+        return f"{self.config.env.name}:{self.env.factory}"
+
+    @property
     def splits(self) -> tuple[str, ...]:
         return self.env.splits
 

@@ -198,7 +198,7 @@ def run(
                 if metrics.get("nonfinite", 0.0) > 0:  # rejected: `state` is still `step`'s
                     writer.write(step + 1, metrics, prefix="train", wall_time=wall)
                     ckpt.wait()
-                    stopped = _nonfinite_reason(c, step, metrics, ckpt.latest_step())
+                    stopped = _nonfinite_reason(exp.env_label, step, metrics, ckpt.latest_step())
                     break
                 step += 1
                 known.clear()
@@ -315,20 +315,16 @@ def _out_of_time(wall: float, c) -> bool:
     return bool(c.train.max_minutes and wall > 60 * c.train.max_minutes)
 
 
-def _env_label(c) -> str:
-    """The environment's name for messages ("frozen_lake"; "host:<factory>")."""
-    return f"host:{c.env.host.factory}" if c.env.name == "host" else c.env.name
-
-
-def _nonfinite_reason(c, step: int, metrics: dict, last_saved: int | None) -> str:
+def _nonfinite_reason(env_label: str, step: int, metrics: dict, last_saved: int | None) -> str:
     """One line: the quantity that was not finite at step `step + 1` (rejected; the
-    parameters are those of `step`) and the last saved checkpoint."""
+    parameters are those of `step`) and the last saved checkpoint; `env_label` names the
+    environment (`Experiment.env_label`)."""
     bad = step + 1
     rows = int(metrics.get("nonfinite_rewards", 0.0))
     values = ", ".join(f"{k}={metrics[k]:.4g}" for k in ("loss", "grad_norm") if k in metrics)
     if rows:
         what = (
-            f"non-finite reward from environment {_env_label(c)!r} at step {bad} "
+            f"non-finite reward from environment {env_label!r} at step {bad} "
             f"({rows} episodes; {values})"
         )
     else:

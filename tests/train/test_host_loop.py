@@ -107,6 +107,7 @@ def test_host_loop__trains_evaluates_and_resumes_exactly(tmp_path):
 def test_host_experiment__splits_seeds_and_module_path():
     exp = experiment.build(host_config(factory=f"{__name__}:count_factory"))
     assert isinstance(exp, host_run.HostExperiment) and exp.splits == ("train", "test")
+    assert exp.env_label == f"host:{__name__}:count_factory"
     assert (exp.env.max_prompt_len, exp.env.max_obs_len) == (16, 8)
     seeds = np.arange(10)
     train, test = registry.split_seeds(seeds, "train"), registry.split_seeds(seeds, "test")

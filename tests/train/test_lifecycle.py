@@ -130,19 +130,19 @@ def test_loop__failed_save_stops_at_once_and_keeps_the_good_checkpoint(tmp_path,
 
 
 def test_nonfinite_reason__names_the_environment_and_the_quantity():
-    c = loop_config()
+    label = "frozen_lake"  # Experiment.env_label of loop_config()
     rewards = {"nonfinite": 1.0, "nonfinite_rewards": 3.0, "loss": float("nan"), "grad_norm": 1.0}
-    assert loop._nonfinite_reason(c, 6, rewards, 5) == (
+    assert loop._nonfinite_reason(label, 6, rewards, 5) == (
         "non-finite reward from environment 'frozen_lake' at step 7 (3 episodes; loss=nan, "
         "grad_norm=1); parameters kept from step 6; last good checkpoint: step 5"
     )
     state = {"nonfinite": 1.0, "nonfinite_state": 1.0, "loss": 0.5, "grad_norm": 2.0}
-    assert loop._nonfinite_reason(c, 0, state, None) == (
+    assert loop._nonfinite_reason(label, 0, state, None) == (
         "non-finite updated parameters or optimizer state at step 1 (loss=0.5, grad_norm=2); "
         "parameters kept from step 0; last good checkpoint: none"
     )
     grad = {"nonfinite": 1.0, "loss": -2.7e38, "grad_norm": float("inf")}
-    assert loop._nonfinite_reason(c, 2, grad, 2).startswith("non-finite grad_norm at step 3")
+    assert loop._nonfinite_reason(label, 2, grad, 2).startswith("non-finite grad_norm at step 3")
 
 
 def test_sft_metrics__the_warm_start_workdirs_metrics_for_the_curves(tmp_path):
