@@ -1,13 +1,18 @@
-"""Helpers that build config sections from registries and validate a config at start-up.
+"""Configs and command lines: config sections from registries, config files, overrides,
+the checks every field gets at start-up, and the scripts' flag parsing and `--help`.
 
 Every registered variant (environment, credit estimator, policy loss) gets a config section
 whose fields are the keyword defaults of its function, so the registry is the only list of
-names and the only source of defaults.
+names and the only source of defaults. This module knows no component: the registries of the
+variant sections are found through `registry.for_section`, and the code that resolves a field
+from a table of its own declares the field's choices (`declare_choices`). Building a run from
+a config is `train.resolve`; expanding a study into runs is `sweep`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import importlib.util
 import inspect
@@ -15,11 +20,13 @@ import os
 import re
 import sys
 import typing
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import ml_collections
 from absl import flags
+from ml_collections import config_flags
 
 from rl4agents import checks
 from rl4agents.registry import for_section, signature_defaults  # noqa: F401 (signature_defaults)
@@ -377,6 +384,85 @@ def suggest(key: str, known: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(close))[:5]
 
 
+def apply_overrides(
+    config: ml_collections.ConfigDict, overrides: Mapping[str, Any]
+) -> ml_collections.ConfigDict:
+    """A copy of `config` with dotted overrides applied, each key and type checked.
+
+    Raises:
+      ValueError: an unknown key (with close known keys), a section set to a value, or a value
+        whose type does not fit the field (bools only for bool fields, int only widens to
+        float, sequences only for tuple fields).
+    """
+    config = copy.deepcopy(config)  # keeps the lock
+    leaves = flatten(config)
+    for key, value in overrides.items():
+        if key not in leaves:
+            if any(k.startswith(key + ".") for k in leaves):
+                fields = sorted(k for k in leaves if k.startswith(key + "."))[:5]
+                raise ValueError(f"{key!r} is a config section, not a field; e.g. {fields}")
+            close = suggest(key, leaves)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"unknown config key {key!r}{hint}")
+        old = leaves[key]
+        if value is None and not nullable(key):
+            raise ValueError(f"{key}=None: the field does not take None (default {old!r})")
+        if value is not None and not _fits(old, value):
+            raise ValueError(
+                f"{key}={value!r} has type {type(value).__name__}; the field's type is "
+                f"{type(old).__name__} (default {old!r})"
+            )
+        *path, field = key.split(".")
+        node = config
+        for p in path:
+            node = node[p]
+        try:
+            node[field] = tuple(value) if isinstance(value, list) else value
+        except TypeError as e:
+            raise ValueError(f"{key}={value!r}: {e}") from None
+    return config
+
+
+def _fits(old: Any, value: Any) -> bool:
+    if old is None:
+        return True
+    if isinstance(old, bool) or isinstance(value, bool):
+        return isinstance(old, bool) and isinstance(value, bool)
+    if isinstance(old, float):
+        return isinstance(value, int | float)
+    if isinstance(old, tuple):
+        return isinstance(value, tuple | list)
+    return isinstance(value, type(old))
+
+
+def format_value(value: Any) -> str:
+    """A value as `--config.KEY=VALUE` text that ml_collections' config_flags parses back."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return repr(tuple(value))
+    return str(value)
+
+
+def override_args(overrides: Mapping[str, Any]) -> list[str]:
+    """["--config.KEY=VALUE", ...] for train.py."""
+    return [f"--config.{k}={format_value(v)}" for k, v in overrides.items()]
+
+
+def parse_command_config(spec: str, args: Sequence[str]) -> ml_collections.ConfigDict:
+    """The config train.py builds from `--config=spec` and override `args`, via config_flags."""
+    argv, none_keys = split_none_overrides(["train.py", f"--config={spec}", *args])
+    values = flags.FlagValues()
+    holder = config_flags.DEFINE_config_file(
+        "config", None, flag_values=values, lock_config=True, sys_argv=argv
+    )
+    with warnings.catch_warnings():  # config_flags loads the file with the deprecated API
+        warnings.simplefilter("ignore", DeprecationWarning)
+        values(argv)
+    set_none(holder.value, none_keys)
+    return holder.value
+
+
 def fail(message: str) -> NoReturn:
     """A script's refusal of bad input: one line, `error: {message}`, on stderr; exit status 2."""
     print(f"error: {message}", file=sys.stderr)
@@ -639,8 +725,6 @@ def define_config_flag(
     a `--flagfile` that does not open is refused there in one line (`fail`) rather than with
     absl's traceback.
     """
-    from ml_collections import config_flags
-
     try:
         flags.FLAGS.read_flags_from_files(sys.argv[1:], force_gnu=False)
     except flags.Error as e:

@@ -26,21 +26,28 @@ files and parsing overrides is `rl4agents.config_utils`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import itertools
 import json
 import os
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
 
 from rl4agents import config_utils
-from rl4agents.config_utils import flatten, load_config, split_spec, suggest  # noqa: F401
+from rl4agents.config_utils import (  # noqa: F401 (a study's configs and overrides)
+    apply_overrides,
+    flatten,
+    format_value,
+    load_config,
+    override_args,
+    parse_command_config,
+    split_spec,
+    suggest,
+)
 from rl4agents.results import (  # noqa: F401 (the files of a run and of a study)
     COMMAND_NAME,
     CONFIG_NAME,
@@ -330,88 +337,6 @@ def load_study(path: str) -> Study:
     except (ValueError, TypeError) as e:
         raise ValueError(f"study file {path!r}: {config_utils.one_line(str(e))}") from e
     return Study(os.path.splitext(os.path.basename(path))[0], path, base, runs)
-
-
-def apply_overrides(
-    config: ml_collections.ConfigDict, overrides: Mapping[str, Any]
-) -> ml_collections.ConfigDict:
-    """A copy of `config` with dotted overrides applied, each key and type checked.
-
-    Raises:
-      ValueError: an unknown key (with close known keys), a section set to a value, or a value
-        whose type does not fit the field (bools only for bool fields, int only widens to
-        float, sequences only for tuple fields).
-    """
-    config = copy.deepcopy(config)  # keeps the lock
-    leaves = flatten(config)
-    for key, value in overrides.items():
-        if key not in leaves:
-            if any(k.startswith(key + ".") for k in leaves):
-                fields = sorted(k for k in leaves if k.startswith(key + "."))[:5]
-                raise ValueError(f"{key!r} is a config section, not a field; e.g. {fields}")
-            close = suggest(key, leaves)
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise ValueError(f"unknown config key {key!r}{hint}")
-        old = leaves[key]
-        if value is None and not config_utils.nullable(key):
-            raise ValueError(f"{key}=None: the field does not take None (default {old!r})")
-        if value is not None and not _fits(old, value):
-            raise ValueError(
-                f"{key}={value!r} has type {type(value).__name__}; the field's type is "
-                f"{type(old).__name__} (default {old!r})"
-            )
-        *path, field = key.split(".")
-        node = config
-        for p in path:
-            node = node[p]
-        try:
-            node[field] = tuple(value) if isinstance(value, list) else value
-        except TypeError as e:
-            raise ValueError(f"{key}={value!r}: {e}") from None
-    return config
-
-
-def _fits(old: Any, value: Any) -> bool:
-    if old is None:
-        return True
-    if isinstance(old, bool) or isinstance(value, bool):
-        return isinstance(old, bool) and isinstance(value, bool)
-    if isinstance(old, float):
-        return isinstance(value, int | float)
-    if isinstance(old, tuple):
-        return isinstance(value, tuple | list)
-    return isinstance(value, type(old))
-
-
-def format_value(value: Any) -> str:
-    """A value as `--config.KEY=VALUE` text that ml_collections' config_flags parses back."""
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, tuple | list):
-        return repr(tuple(value))
-    return str(value)
-
-
-def override_args(overrides: Mapping[str, Any]) -> list[str]:
-    """["--config.KEY=VALUE", ...] for train.py."""
-    return [f"--config.{k}={format_value(v)}" for k, v in overrides.items()]
-
-
-def parse_command_config(spec: str, args: Sequence[str]) -> ml_collections.ConfigDict:
-    """The config train.py builds from `--config=spec` and override `args`, via config_flags."""
-    from absl import flags
-    from ml_collections import config_flags
-
-    argv, none_keys = config_utils.split_none_overrides(["train.py", f"--config={spec}", *args])
-    values = flags.FlagValues()
-    holder = config_flags.DEFINE_config_file(
-        "config", None, flag_values=values, lock_config=True, sys_argv=argv
-    )
-    with warnings.catch_warnings():  # config_flags loads the file with the deprecated API
-        warnings.simplefilter("ignore", DeprecationWarning)
-        values(argv)
-    config_utils.set_none(holder.value, none_keys)
-    return holder.value
 
 
 def resolve(spec: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
