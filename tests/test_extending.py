@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 from configs import base, frozen_lake
-from rl4agents import credit, sharding, sweep
-from rl4agents.train import experiment
+from rl4agents import credit, envs, losses, registry, sharding, sweep
+from rl4agents.envs.host import registry as host_registry
+from rl4agents.train import experiment, resolve
 from tests.credit.conftest import SPARSE_GROUPS, build_traj, episodes_traj, regroup, run_credit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -274,3 +275,41 @@ def test_study__sweep_and_table(tmp_path):
     md = (results / "table.md").read_text()
     assert "| credit.name=grpo | " in md and "| credit.name=opo | " in md, md
     assert "2 of 2 runs complete." in md
+
+
+def test_registry__one_type_for_every_extension_point():
+    """Environments, credit, losses, aggregations, host factories and rollout backends share
+    `rl4agents.registry.Registry`; the config sections find theirs by name."""
+    tables = (
+        envs.registry.ENVIRONMENTS,
+        credit.registry._CREDIT,
+        losses.POLICY_LOSSES,
+        losses.AGGREGATIONS,
+        host_registry.FACTORIES,
+        resolve.BACKENDS,
+    )
+    assert all(isinstance(t, registry.Registry) for t in tables)
+    assert registry.for_section("env") is envs.registry.ENVIRONMENTS
+    assert registry.for_section("credit") is credit.registry._CREDIT
+    assert registry.for_section("loss") is losses.POLICY_LOSSES
+    assert resolve.BACKENDS.names() == ["host", "jax"]
+
+    table = registry.Registry("widget")
+    table.register("a", fast=True)(lambda x, *, k=1: x)
+    with pytest.raises(ValueError, match="widget 'a' is already registered"):
+        table.register("a")(lambda x: x)
+    with pytest.raises(KeyError, match=r"unknown widget 'b'; known: \['a'\]"):
+        table.get("b")
+    assert table.attr("a", "fast") and table.defaults("a") == {"k": 1}
+    table.declare("a", slow=False)
+    assert table.attr("a", "slow") is False
+
+
+def test_registry__facts_live_with_the_variant():
+    """What callers need to know of a variant is declared where it registers."""
+    assert envs.registry.backend("host") == "host" and envs.registry.backend("maze") == "jax"
+    assert "host" not in envs.registry.names()  # the jitted environments (the contract's)
+    assert set(envs.registry.names(backend=None)) == {*envs.registry.names(), "host"}
+    assert credit.requires_values("turn_gae") and not credit.requires_values("grpo")
+    assert credit.requires_groups("grpo") and not credit.requires_groups("ppo_gae")
+    assert credit.requires_greedy("remax")
