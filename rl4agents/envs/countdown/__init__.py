@@ -26,8 +26,9 @@ so every task is solvable. A candidate qualifies when every intermediate result 
 the target is in [`min_target`, `max_value`], the target is not a starting number, and the
 task's class matches the split: a task (sorted starting numbers, target) belongs to the test
 class when `hash_u32(task) % 1000 < test_fraction * 1000`, so training never generates a test
-task. Rounds repeat (at most `_MAX_ROUNDS`, inside a `while_loop`); if none qualifies (which has
-negligible probability for the defaults) a fixed solvable task found at construction is used.
+task. Rounds repeat (at most `generator._MAX_ROUNDS`, inside a `while_loop`); if none
+qualifies (which has negligible probability for the defaults) a fixed solvable task found at
+construction is used.
 The "ood" split has more numbers and larger targets: `num_numbers=ood_num_numbers`,
 `max_value=ood_max_value` and targets from `ood_min_target` (default: one above the training
 `max_value`), either class.
@@ -37,6 +38,10 @@ d is the fewest calcs that still make the target appear among the numbers held (
 held; `num_numbers` when it can no longer be made). A calc on a shortest route to the target
 earns +c, a detour 0 or less, a dead end -c times the lost distance; the optimal policy is
 unchanged (Ng et al., 1999).
+
+Modules: `world` (constants, state, task hash, the calc distance of the process reward),
+`generator` (task generation and the fallback task), `solver` (the host-side shortest calc
+sequence) and `env` (the registered `Countdown`: settings, tables, `reset_env` / `step_env`).
 """
 
 from rl4agents.envs.countdown.env import Countdown, CountdownConfig

@@ -85,7 +85,7 @@ class CountdownConfig:
 
 @registry.register("countdown")
 class Countdown(base.TextEnv):
-    """Countdown with a calculator tool (see the module docstring).
+    """Countdown with a calculator tool (see the package docstring).
 
     Attributes:
       config: `CountdownConfig`, the settings below.

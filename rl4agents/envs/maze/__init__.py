@@ -26,9 +26,9 @@ parallel by `algorithm`, with fixed-size loops:
     the layouts repeat now and then (about 3.8k distinct in 20k draws);
   "prim": randomized Prim, `size**2 - 1` iterations each adding a random tree-to-new-room
     edge. Many short dead ends, shorter paths, more distinct layouts (16k in 20k draws at 4 x 4).
-The first candidate whose layout class matches the split is kept (at most `_MAX_ROUNDS` rounds;
-if none qualifies, probability about 0.81**256 < 1e-23 for the defaults, a fixed serpentine
-maze of either class is used).
+The first candidate whose layout class matches the split is kept (at most
+`generator._MAX_ROUNDS` rounds; if none qualifies, probability about 0.81**256 < 1e-23 for the
+defaults, a fixed serpentine maze of either class is used).
 Then the goal is a uniformly random room and the start a uniformly random room at least
 `min_distance` moves from it along the maze (capped at the farthest room). The default 2 allows
 any other room, so difficulty varies from task to task and random play still reaches the goal
@@ -39,6 +39,10 @@ Splits: a layout is test-class when `hash_u32(walls) % 1000 < test_fraction * 10
 only generates train-class layouts, "test" only test-class ones, so training never sees a test
 maze (with any start and goal). "ood" is a larger maze (`size=ood_size`, default 6) of either
 class.
+
+Modules: `world` (constants, state, distance map, layout hash and fixed layouts), `generator`
+(carving and the goal and start placement), `oracle` (the host-side shortest and exploration
+plans) and `env` (the registered `Maze`: settings, tables, `reset_env` / `step_env`).
 """
 
 from rl4agents.envs.maze.env import Maze, MazeConfig

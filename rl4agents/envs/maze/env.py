@@ -76,7 +76,7 @@ class MazeConfig:
 
 @registry.register("maze")
 class Maze(base.TextEnv):
-    """Partially observable maze text environment (see the module docstring).
+    """Partially observable maze text environment (see the package docstring).
 
     Attributes:
       config: `MazeConfig`, the settings below.

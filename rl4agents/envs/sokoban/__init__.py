@@ -23,14 +23,18 @@ Generation (pure JAX, from the reset key), after gym-sokoban's reverse-play gene
 `num_candidates` rooms are generated in parallel per round; the first one whose boxes are at least
 `min_box_distance` from the targets (summed Manhattan distance to the nearest target; 1 = "some
 box moved off its target"; the default 2 per box removes most one-push rooms) and whose hash class
-matches the split is kept. Rounds repeat up to `_MAX_ROUNDS`; the astronomically rare fallback
-is a fixed open room.
+matches the split is kept. Rounds repeat up to `generator._MAX_ROUNDS`; the astronomically rare
+fallback is a fixed open room.
 
 Splits: a room's class is test when `puzzle_hash(room) % 1000 < test_fraction * 1000`, a hash
 of its walls, targets and boxes but not the player, so the same puzzle from another start (the
 player walks to the other start, then plays the same moves) never lands in both splits; "train"
 only generates train-class rooms, "test" only test-class ones. "ood" is a larger room with more
 boxes: `size=ood_size` (default 7) and `num_boxes=ood_num_boxes` (default 2), either class.
+
+Modules: `world` (constants, state, cell codes, hashes, the move rule), `generator` (carving,
+placement and reverse play), `oracle` (the host-side BFS solver) and `env` (the registered
+`Sokoban`: settings, tables, `reset_env` / `step_env`).
 """
 
 from rl4agents.envs.sokoban.env import Sokoban, SokobanConfig

@@ -86,7 +86,7 @@ class SokobanConfig:
 
 @registry.register("sokoban")
 class Sokoban(base.TextEnv):
-    """Sokoban text environment (see the module docstring).
+    """Sokoban text environment (see the package docstring).
 
     Attributes:
       config: `SokobanConfig`, the settings below.

@@ -34,6 +34,10 @@ smaller largest part, then the earlier word). It solves every listed secret with
 among those the oracle solves within the env's budget, so the oracle solves every generated task
 (the tests check it): at the default 6 guesses that is every word of the class; the "ood" env
 (4 guesses) leaves out 23 words.
+
+Modules: `world` (the word list, constants, state, the feedback rule, the split classes),
+`oracle` (the host-side consistent-guess strategy and its precomputed tables) and `env` (the
+registered `Wordle`: settings, secret pools, tables, `reset_env` / `step_env`).
 """
 
 from rl4agents.envs.wordle.env import Wordle, WordleConfig

@@ -66,7 +66,7 @@ class WordleConfig:
 
 @registry.register("wordle")
 class Wordle(base.TextEnv):
-    """Wordle text environment (see the module docstring).
+    """Wordle text environment (see the package docstring).
 
     Attributes:
       config: `WordleConfig`, the settings below.
