@@ -19,19 +19,6 @@ from rl4agents.credit.registry import (
     validate,
 )
 
-# Estimators whose baseline compares the samples of one task: they need group_size >= 2.
-for _name in (
-    "grpo",
-    "dr_grpo",
-    "rloo",
-    "reinforce_pp_baseline",
-    "gigpo",
-    "mt_grpo",
-    "empg",
-    "opo",
-):
-    declare(_name, needs_groups=True)
-
 __all__ = [
     "CreditFn",
     "CreditOutput",

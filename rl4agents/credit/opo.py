@@ -18,7 +18,7 @@ _LENGTHS = ("tokens", "turns")
 _SINGLETON_POLICIES = ("raw", "zero")
 
 
-@register("opo")
+@register("opo", needs_groups=True)
 def opo(
     traj: Trajectory,
     values: jax.Array | None = None,

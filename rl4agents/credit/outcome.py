@@ -90,7 +90,7 @@ def grpo_episode_advantages(
     return adv, metrics
 
 
-@register("grpo")
+@register("grpo", needs_groups=True)
 def grpo(
     traj: Trajectory,
     values: jax.Array | None = None,
@@ -140,7 +140,7 @@ def grpo(
     return CreditOutput(common.broadcast_to_tokens(adv, traj.action_mask), None, metrics)
 
 
-@register("dr_grpo")
+@register("dr_grpo", needs_groups=True)
 def dr_grpo(
     traj: Trajectory,
     values: jax.Array | None = None,
@@ -169,7 +169,7 @@ def dr_grpo(
     )
 
 
-@register("rloo")
+@register("rloo", needs_groups=True)
 def rloo(traj: Trajectory, values: jax.Array | None = None) -> CreditOutput:
     """RLOO leave-one-out baseline (verl `compute_rloo_outcome_advantage`).
 
@@ -261,7 +261,7 @@ def reinforce_pp(
     return CreditOutput(adv, None, metrics)
 
 
-@register("reinforce_pp_baseline")
+@register("reinforce_pp_baseline", needs_groups=True)
 def reinforce_pp_baseline(
     traj: Trajectory, values: jax.Array | None = None, *, singleton_policy: str = "raw"
 ) -> CreditOutput:

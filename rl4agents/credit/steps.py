@@ -31,7 +31,7 @@ def _step_zscore(x, ids, valid, eps, with_std=True) -> jax.Array:
     return out.reshape(x.shape)
 
 
-@register("gigpo")
+@register("gigpo", needs_groups=True)
 def gigpo(
     traj: Trajectory,
     values: jax.Array | None = None,
@@ -135,7 +135,7 @@ def gigpo(
     return CreditOutput(common.turns_to_tokens(adv, traj), None, metrics)
 
 
-@register("mt_grpo")
+@register("mt_grpo", needs_groups=True)
 def mt_grpo(
     traj: Trajectory,
     values: jax.Array | None = None,
@@ -261,7 +261,7 @@ def turn_return(
     return CreditOutput(common.turns_to_tokens(adv, traj), None, metrics)
 
 
-@register("empg")
+@register("empg", needs_groups=True)
 def empg(
     traj: Trajectory,
     values: jax.Array | None = None,

@@ -190,7 +190,8 @@ class _InfRewardLake(frozen_lake.FrozenLake):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.goal_reward = self.invalid_penalty = float("inf")
+        inf = float("inf")
+        self.config = dataclasses.replace(self.config, goal_reward=inf, invalid_penalty=inf)
 
 
 _InfRewardLake.__signature__ = inspect.signature(frozen_lake.FrozenLake)  # its config fields
