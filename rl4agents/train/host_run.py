@@ -107,7 +107,7 @@ class HostExperiment(experiment_lib.Experiment):
 
     @property
     def env_label(self) -> str:
-        """"host:<factory>": the environment's name in messages."""
+        """The environment's name in messages: "host:<factory>"."""
         return f"{self.config.env.name}:{self.env.factory}"
 
     @property
