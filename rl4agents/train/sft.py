@@ -96,11 +96,9 @@ def collect_demos(
       `Demos` of N episodes (numpy arrays).
 
     Raises:
-      ValueError: an oracle action needs more than `lay.action` tokens, the environment has
-        no oracle, or `eps` is malformed.
+      ValueError: an oracle action needs more than `lay.action` tokens, or `eps` is malformed.
+      NotImplementedError: the environment has no oracle (`oracle_actions` not written).
     """
-    if not hasattr(env, "oracle_actions"):
-        raise ValueError(f"environment {type(env).__name__} has no oracle_actions(state)")
     n = int(task_keys.shape[0])
     if eps is not None:
         eps = np.asarray(eps, np.float32)
