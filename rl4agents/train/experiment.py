@@ -211,6 +211,51 @@ class Experiment:
             self._eval_fns[cache_key] = jax.jit(run)
         return functools.partial(self._eval_fns[cache_key], env_params=env_params)
 
+    def task_outcomes_fn(self, split: str, num_tasks: int):
+        """A jitted `(params, seed) -> {"greedy_success": f32[N], "sampled_success": f32[N],
+        "greedy_reward": f32[N], "sampled_reward": f32[N]}`: the outcome of each of the
+        `num_tasks` fixed tasks of `split`, task i in row i.
+
+        The same tasks, keys and decoding as `eval_fn(split, num_tasks)` (whose success rates
+        are the means of these rows), so two policies evaluated with one seed are paired task
+        by task: what a paired confidence interval of their difference needs.
+        """
+        env, env_params = self.env.make_split(split)
+        rc = self.eval_rollout_config(split, False, num_tasks)
+        shared = env is self.env
+        cache_key = ("per_task", None if shared else split, rc)
+        if cache_key not in self._eval_fns:
+            check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
+            shard_fn = sharding.batch_constraint(self.mesh)
+
+            def run(params, seed, env_params):
+                root = jax.random.key(seed)
+                task_keys = jax.random.split(jax.random.fold_in(root, 0), num_tasks)
+
+                def one(greedy):
+                    traj = rollout_lib.rollout(
+                        jax.random.fold_in(root, 1),
+                        self.step_cfg.graphdef,
+                        params,
+                        env,
+                        env_params,
+                        rc,
+                        task_keys=task_keys,
+                        shard_fn=shard_fn,
+                        greedy=greedy,
+                    )
+                    return traj.success.astype(jnp.float32), traj.outcome_reward
+
+                success, reward = jax.lax.map(one, jnp.array([True, False]))
+                return {
+                    f"{mode}_{name}": v[i]
+                    for i, mode in enumerate(EVAL_MODES)
+                    for name, v in (("success", success), ("reward", reward))
+                }
+
+            self._eval_fns[cache_key] = jax.jit(run)
+        return functools.partial(self._eval_fns[cache_key], env_params=env_params)
+
 
 def make_state(
     model_cfg: policy_lib.ModelConfig, step_cfg: step_lib.StepConfig, key: jax.Array

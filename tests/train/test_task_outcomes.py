@@ -1,0 +1,24 @@
+"""Per-task evaluation outcomes: the rows behind `eval_fn`'s success rates, task by task."""
+
+import jax
+import numpy as np
+
+from rl4agents.train import experiment
+from tests.train.test_train import tiny_config
+
+
+def test_task_outcomes_are_the_rows_of_the_evaluation():
+    exp = experiment.build(tiny_config())
+    params = exp.init_state(jax.random.key(0)).params
+    n = 8
+    rates = jax.device_get(exp.eval_fn("test", n)(params, 5))
+    rows = jax.device_get(exp.task_outcomes_fn("test", n)(params, 5))
+    for mode in experiment.EVAL_MODES:
+        for name in ("success", "reward"):
+            row = rows[f"{mode}_{name}"]
+            assert row.shape == (n,) and row.dtype == np.float32
+            np.testing.assert_allclose(row.mean(), rates[f"{mode}_{name}"], rtol=1e-6, atol=1e-7)
+    assert set(np.unique(rows["greedy_success"])) <= {0.0, 1.0}
+    # The same seed gives the same tasks and keys: the rows are reproducible.
+    again = jax.device_get(exp.task_outcomes_fn("test", n)(params, 5))
+    np.testing.assert_array_equal(again["sampled_reward"], rows["sampled_reward"])
