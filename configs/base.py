@@ -89,6 +89,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.tis_cap = 0.0  # truncated importance sampling cap C >= 1 (0 = off)
     c.loss.tis_mode = "token"  # "token" | "sequence"
 
+    # Sampler/learner mismatch corrections that mask tokens (or sequences) whose ratio
+    # pi_learner / pi_sampler leaves a band out of the loss (docs/methods.md, "Mismatch
+    # corrections (MIS, IcePop)"): "none" | "mis_token" | "mis_sequence" | "icepop".
+    c.mismatch = ml_collections.ConfigDict()
+    c.mismatch.name = "none"
+    for name in losses.mismatch.names():
+        c.mismatch[name] = config_utils.section(losses.mismatch, name)
+
     c.shaping = ml_collections.ConfigDict()
     c.shaping.overlong_buffer = 0  # DAPO overlong penalty buffer in action tokens (0 = off)
     c.shaping.overlong_factor = 1.0

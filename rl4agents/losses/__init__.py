@@ -1,16 +1,23 @@
-"""Policy/value losses, loss aggregation, regularizers and reward shaping.
+"""Policy/value losses, loss aggregation, mismatch corrections, regularizers and shaping.
 
 Policy losses and aggregation modes are selected by name through `rl4agents.losses.registry`.
 The aggregation function is `rl4agents.losses.aggregate.aggregate` (not re-exported here, so
 the name `losses.aggregate` keeps meaning the module).
 """
 
-from rl4agents.losses import aggregate, policy, regularizers, shaping  # noqa: F401  (registers)
+from rl4agents.losses import (  # noqa: F401  (registers)
+    aggregate,
+    mismatch,
+    policy,
+    regularizers,
+    shaping,
+)
 from rl4agents.losses.policy import (
     cispo,
     gspo,
     ppo_clip,
     reinforce,
+    sapo,
     takes_segment_ids,
     tis_weights,
     value_loss,
@@ -40,6 +47,7 @@ __all__ = [
     "overlong_penalty",
     "ppo_clip",
     "reinforce",
+    "sapo",
     "takes_segment_ids",
     "tis_weights",
     "token_entropy",

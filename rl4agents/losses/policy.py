@@ -325,6 +325,67 @@ def cispo(
     return loss, jax.lax.stop_gradient(metrics)
 
 
+@register("sapo")
+def sapo(
+    logp: jax.Array,
+    logp_old: jax.Array,
+    advantages: jax.Array,
+    mask: jax.Array,
+    weights: jax.Array | None = None,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    agg: str = "seq-mean-token-mean",
+    agg_scale: float | None = None,
+    log_ratio_clamp: float = 20.0,
+) -> tuple[jax.Array, Metrics]:
+    """SAPO: a smooth, temperature-controlled gate on the ratio instead of a hard clip.
+
+    See docs/methods.md, `sapo`. Soft Adaptive Policy Optimization (Gao et al.),
+    https://arxiv.org/abs/2511.20347. With `rho = exp(clip(logp - logp_old, -c_r, c_r))` and
+    `tau = tau_pos` where `A > 0`, else `tau_neg`,
+      `f(rho) = (4 / tau) sigmoid(tau (rho - 1))`,  `l = -A f(rho)`,
+    so `dl/dlogp = -A g rho` with the gate `g = 4 s (1 - s)`, `s = sigmoid(tau (rho - 1))`:
+    `g = 1` on-policy (`rho = 1`, the plain policy gradient), and it decays smoothly as `rho`
+    leaves 1, faster for a larger `tau` (no token is cut off at a fixed band, unlike PPO's
+    clip). The paper's temperatures are `tau_pos = 1.0`, `tau_neg = 1.05` (negative
+    advantages are damped a little harder) and its objective averages tokens within a
+    sequence, then sequences: `agg = "seq-mean-token-mean"`.
+
+    Args:
+      logp: f32[B, T] current policy log-probs of the sampled tokens.
+      logp_old: f32[B, T] behaviour log-probs.
+      advantages: f32[B, T] token advantages.
+      mask: bool[B, T] action tokens.
+      weights: optional f32[B, T] non-negative per-token loss multipliers (stop-gradient).
+      tau_pos: gate temperature for tokens with `A > 0` (> 0).
+      tau_neg: gate temperature for tokens with `A <= 0` (> 0).
+      agg: aggregation mode (`losses.aggregate`).
+      agg_scale: constant for "seq-mean-token-sum-norm".
+      log_ratio_clamp: bound on `|logp - logp_old|` before `exp` (as `ppo_clip`).
+
+    Returns:
+      (loss f32[], metrics) with masked means `sapo_gate` (`g`, 1 on-policy), `ppo_kl`
+      (`logp_old - logp`, clamped) and `ratio_mean`.
+    """
+    check_range("tau_pos", tau_pos, 0.0, low_open=True)
+    check_range("tau_neg", tau_neg, 0.0, low_open=True)
+    check_range("log_ratio_clamp", log_ratio_clamp, 0.0, low_open=True)
+    logp, logp_old, advantages, mask, weights = _prepare(logp, logp_old, advantages, mask, weights)
+    log_ratio = jnp.clip(logp - logp_old, -log_ratio_clamp, log_ratio_clamp)
+    ratio = jnp.exp(log_ratio)
+    tau = jnp.where(advantages > 0, tau_pos, tau_neg)
+    s = jax.nn.sigmoid(tau * (ratio - 1.0))
+    loss_tok = -advantages * (4.0 / tau) * s
+    loss = _reduce(loss_tok, mask, weights, agg, agg_scale)
+    metrics = {
+        "sapo_gate": _masked_mean(4.0 * s * (1.0 - s), mask),
+        "ppo_kl": _masked_mean(-log_ratio, mask),
+        "ratio_mean": _masked_mean(ratio, mask),
+    }
+    return loss, jax.lax.stop_gradient(metrics)
+
+
 @register("reinforce")
 def reinforce(
     logp: jax.Array,

@@ -1,7 +1,8 @@
 """The loss the update minimises, and the batch it reads.
 
 `prepare_batch` runs the teacher-forced passes a step needs before its updates (old values,
-reference log-probs, the learner's log-probs for TIS), applies the KL-in-reward penalty and
+reference log-probs, the learner's log-probs for TIS and the masking corrections of
+`losses.mismatch`), applies the KL-in-reward penalty and
 assigns credit, giving a `Batch`; `loss_fn` composes the policy loss with the entropy bonus,
 the KL to the reference, the value loss and the ECHO term on one (mini/micro)batch.
 """
@@ -18,6 +19,7 @@ from rl4agents import sharding
 from rl4agents.credit import common as credit_common
 from rl4agents.credit import token as credit_token
 from rl4agents.losses import aggregate as agg_lib
+from rl4agents.losses import mismatch as mismatch_lib
 from rl4agents.losses import policy as policy_losses
 from rl4agents.losses import regularizers
 from rl4agents.rollout import rollout as rollout_lib
@@ -32,13 +34,13 @@ if TYPE_CHECKING:
 class Batch(NamedTuple):
     tokens: jax.Array  # int32[B, T]
     valid_mask: jax.Array  # bool[B, T]
-    action_mask: jax.Array  # bool[B, T]
+    action_mask: jax.Array  # bool[B, T] (less the tokens a mismatch correction drops)
     logp_old: jax.Array  # f32[B, T]
     advantages: jax.Array  # f32[B, T]
     returns: jax.Array  # f32[B, T] (zeros without a critic)
     values_old: jax.Array  # f32[B, T] (zeros without a critic)
     logp_ref: jax.Array  # f32[B, T] on `score_slots` (0 elsewhere; zeros without KL)
-    weights: jax.Array  # f32[B, T] per-token loss weights (TIS; ones otherwise)
+    weights: jax.Array  # f32[B, T] per-token loss weights (TIS, MIS; ones otherwise)
     obs_target: jax.Array  # bool[B, T] environment-observation tokens (ECHO targets)
     turn_ids: jax.Array  # int32[B, T] turn index per slot, -1 for prompt/pad
     # int32[B, R] the slots the losses read (every slot an action token can occupy), scored
@@ -134,7 +136,8 @@ def prepare_batch(
     model = nnx.merge(cfg.graphdef, state.params)
     prefix, group = views.shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
     pin = sharding.batch_constraint(cfg.mesh)
-    if cfg.needs_values or lc.tis_cap > 0:
+    corrects = lc.tis_cap > 0 or lc.mismatch_fn is not None  # needs the learner's log-probs
+    if cfg.needs_values or corrects:
         sc = rollout_lib.score(
             model,
             tokens,
@@ -187,6 +190,11 @@ def prepare_batch(
         weights = policy_losses.tis_weights(
             logp_learner, logp_behavior, mask, cap=lc.tis_cap, mode=lc.tis_mode
         )
+        logp_old = jnp.where(mask, logp_learner, 0.0)
+    elif lc.mismatch_fn is not None:  # as TIS, and tokens outside the band leave the loss
+        weights, keep = lc.mismatch_fn(logp_learner, logp_behavior, mask)
+        kl_metrics = {**kl_metrics, **mismatch_lib.kept_metrics(keep, mask)}
+        mask = keep
         logp_old = jnp.where(mask, logp_learner, 0.0)
     batch = Batch(
         tokens=tokens,

@@ -46,6 +46,7 @@ ARCH_FIELDS = ("d_model", "num_layers", "d_ff", "num_heads", "num_kv_heads", "he
 config_utils.declare_choices("model.preset", sorted(policy_lib.PRESETS))
 config_utils.declare_choices("loss.kl_estimator", losses.KL_KINDS)
 config_utils.declare_choices("loss.kl_reward_estimator", losses.KL_KINDS)
+config_utils.declare_choices("mismatch.name", ["none", *losses.mismatch.names()])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -222,6 +223,21 @@ def loss_settings(c: ml_collections.ConfigDict) -> dict[str, Any]:
     return {k: lc[k] for k in fields}
 
 
+def mismatch_settings(c: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]]:
+    """`(name, hyperparameters)` of `config.mismatch`, checked: "none" or a correction of
+    `losses.mismatch`, not combined with TIS (both reweight by the same ratio)."""
+    name = c.mismatch.name
+    config_utils.check_choice("mismatch.name", name, ["none", *losses.mismatch.names()])
+    if name == "none":
+        return name, {}
+    if c.loss.tis_cap > 0:
+        raise ValueError(
+            f"mismatch.name={name!r} with loss.tis_cap={c.loss.tis_cap}: both weight the loss "
+            "by the learner/sampler ratio; allowed: loss.tis_cap=0 or mismatch.name='none'"
+        )
+    return name, losses.mismatch.validate(name, config_utils.to_dict(c.mismatch[name]))
+
+
 def shaping_config(c: ml_collections.ConfigDict) -> step_lib.ShapingConfig:
     config_utils.check_choice("shaping.overlong_per", c.shaping.overlong_per, ("turn", "episode"))
     if c.shaping.overlong_buffer < 0:
@@ -328,6 +344,8 @@ def step_config(
     shaping: step_lib.ShapingConfig | None = None,
     sampling: step_lib.SamplingConfig | None = None,
     shared_prompt: int = 0,
+    mismatch: str = "none",
+    mismatch_kwargs: Mapping[str, Any] | None = None,
 ) -> step_lib.StepConfig:
     """The train step's `StepConfig`: the one place it is built (`resolve` passes a config's
     values; benchmarks and host-environment code pass their own).
@@ -345,6 +363,8 @@ def step_config(
         microbatches per minibatch.
       shaping, sampling: reward shaping and batch-level sampling (defaults: off).
       shared_prompt: prompt slots the update computes once per group (0 = off).
+      mismatch, mismatch_kwargs: a masking correction of `losses.mismatch` ("none": off)
+        and its hyperparameters.
 
     Raises:
       ValueError: a variant that does not fit the model, the rollout or the batch split.
@@ -355,11 +375,17 @@ def step_config(
     config_utils.check_choice("loss.policy", policy_loss, losses.names())
     policy_kw = _validate("loss", policy_loss, policy_kwargs)
     policy_fn = losses.get(policy_loss)
+    mismatch_fn = None
+    if mismatch != "none":
+        config_utils.check_choice("mismatch.name", mismatch, losses.mismatch.names())
+        mismatch_kw = losses.mismatch.validate(mismatch, dict(mismatch_kwargs or {}))
+        mismatch_fn = functools.partial(losses.mismatch.get(mismatch), **mismatch_kw)
     loss_cfg = step_lib.LossConfig(
         policy_fn=functools.partial(policy_fn, **policy_kw),
         agg=policy_kw.get("agg", "token-mean"),
         agg_scale=policy_kw.get("agg_scale"),
         policy_takes_segments="segment_ids" in inspect.signature(policy_fn).parameters,
+        mismatch_fn=mismatch_fn,
         **dict(loss or {}),
     )
     graphdef, _ = nnx.split(nnx.eval_shape(lambda: policy_lib.Policy(model_cfg, nnx.Rngs(0))))
@@ -453,6 +479,7 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
     policy_kw = config_utils.to_dict(c.loss[c.loss.policy])
     _validate("loss", c.loss.policy, policy_kw)
     loss = loss_settings(c)
+    mismatch, mismatch_kw = mismatch_settings(c)
     shaping = shaping_config(c)
     sampling = sampling_config(c)
     needs_greedy = credit.requires_greedy(c.credit.name)
@@ -508,5 +535,7 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         shaping=shaping,
         sampling=sampling,
         shared_prompt=lay.prompt if share else 0,
+        mismatch=mismatch,
+        mismatch_kwargs=mismatch_kw,
     )
     return dataclasses.replace(run, mesh=mesh, step_cfg=step_cfg)

@@ -51,6 +51,9 @@ class LossConfig:
     echo_coef: float = 0.0  # ECHO: cross-entropy on environment-observation tokens
     tis_cap: float = 0.0  # truncated importance sampling cap (0 = off)
     tis_mode: str = "token"
+    # A masking correction of `losses.mismatch` bound to its hyperparameters (config
+    # `mismatch.name`), or None: tokens outside its ratio band leave the loss
+    mismatch_fn: Callable[..., Any] | None = None
     policy_takes_segments: bool = False  # the policy loss accepts `segment_ids` (turn ids)
 
 

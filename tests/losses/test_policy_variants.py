@@ -374,6 +374,7 @@ CASES = [(name, {}) for name in losses.names()] + [
     ("gspo", {"sequence": "turn", "clip_low": 0.02, "clip_high": 0.03}),
     ("cispo", {"ratio_low": 0.8, "ratio_high": 1.2}),
     ("reinforce", {"agg": "token-mean"}),
+    ("sapo", {"tau_pos": 0.2, "tau_neg": 3.0, "agg": "token-mean"}),
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in hp.items()) for name, hp in CASES]
 
