@@ -41,6 +41,9 @@ setup(
             "safetensors>=0.8",
             "tokenizers>=0.23",
             "jinja2>=3.1.6",
+            # rl4agents.models.gguf (scripts/get_model.py): GGUF files read and dequantized
+            # by llama.cpp's `gguf` package, written as Hugging Face folders.
+            "gguf>=0.19.0",
         ],
     },
 )
