@@ -191,7 +191,10 @@ def _finite(values: Sequence[float]) -> list[float]:
 
 def t_interval(values: Sequence[float], level: float = 0.95) -> Interval | None:
     """mean +- t_{(1+level)/2, n-1} * s / sqrt(n) over the finite values, with s the sample
-    standard deviation (ddof=1); the unit is one value (a seed). None without values."""
+    standard deviation (ddof=1); the unit is one value (a seed). None without values.
+
+    Intervals and tests over a few seeds as in Colas et al., "How Many Random Seeds?"
+    (arXiv:1806.08295)."""
     stat = mean_std(_finite(values))
     if stat is None:
         return None
@@ -328,8 +331,9 @@ def paired_bootstrap_ci(
     seeds shared their tasks (a crossed design: drawing tasks anew per seed would average the
     task effect away), and a drawn seed index takes its row of a and, for f[S, N], of b. The
     replicate is the mean of d over the drawn seeds and tasks, counts_s^T d counts_t / (S N)
-    with the multinomial counts of each index. See Efron & Tibshirani (1993) for the percentile
-    interval and Davison & Hinkley (1997), sec. 3.8, for resampling at several levels.
+    with the multinomial counts of each index. Percentile intervals: Efron & Tibshirani (1993);
+    resampling runs and tasks together for RL results: Agarwal et al., "Deep Reinforcement
+    Learning at the Edge of the Statistical Precipice" (arXiv:2108.13264).
     """
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)

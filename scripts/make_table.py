@@ -751,9 +751,10 @@ def stats_markdown(stats: Stats, baseline: str | None) -> list[str]:
             "the mean difference is 0."
         )
     lines.append(
-        "AUC: area under the metric's learning curve (metrics.jsonl) over the run's "
-        f"{stats.unit} budget, divided by it (straight lines between evaluations, flat before "
-        f"the first), mean over seeds. {stats.unit.capitalize()} to {stats.reach:g}: median "
+        "AUC: area under the metric's learning curve (metrics.jsonl) from the start to the "
+        "end of the run's budget, divided by the budget (straight lines between evaluations, "
+        "the first value held back to the start), mean over seeds. "
+        f"{stats.unit.capitalize()} to {stats.reach:g}: median "
         f"over seeds of the first evaluation at or past {stats.reach:g} (reached / seeds)."
     )
     if has_lr:
