@@ -13,6 +13,7 @@ from __future__ import annotations
 import ml_collections
 
 from rl4agents import config_utils, credit, envs, losses
+from rl4agents.train import sampling
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -105,6 +106,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sampling = ml_collections.ConfigDict()
     c.sampling.dynamic = False  # DAPO dynamic sampling: drop all-equal groups, refill
     c.sampling.max_gen_batches = 4  # rollouts per step at most while refilling
+    # Episodes left out of the update (docs/methods.md, "Episode filters"): "none" |
+    # "void_turn" (SimpleTIR: an episode with a turn that was no valid action) |
+    # "top_p_variance" (RAGEN-2: the highest reward-variance groups holding a fraction p of it)
+    c.sampling.filter = "none"
+    for name in sampling.EPISODE_FILTERS.names():
+        c.sampling[name] = config_utils.section(sampling.EPISODE_FILTERS, name)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.lr = 1e-3
@@ -169,6 +176,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.log.every = 1
     c.log.progress = True
     c.log.plot_keys = ("train/success", "eval_test/greedy_success", "train/entropy")
+    # Collapse checks (docs/methods.md, "Collapse metrics"); zero_std_groups and entropy are
+    # always logged. collapse_metrics: reward_std and reward_group_std every step. mi_proxy:
+    # mi/gap every step, the mean log-prob of each episode's actions under its own prompt
+    # minus under another task's (one more teacher-forced pass over twice the batch).
+    c.log.collapse_metrics = False
+    c.log.mi_proxy = False
 
     if arg:
         raise ValueError(f"configs/base.py takes no argument, got {arg!r}")

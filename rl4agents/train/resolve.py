@@ -32,6 +32,7 @@ from rl4agents.models import hf, hf_tokenizer
 from rl4agents.models import policy as policy_lib
 from rl4agents.registry import Registry
 from rl4agents.rollout import rollout as rollout_lib
+from rl4agents.train import sampling as sampling_lib
 from rl4agents.train import state as state_lib
 from rl4agents.train import step as step_lib
 
@@ -47,6 +48,7 @@ config_utils.declare_choices("model.preset", sorted(policy_lib.PRESETS))
 config_utils.declare_choices("loss.kl_estimator", losses.KL_KINDS)
 config_utils.declare_choices("loss.kl_reward_estimator", losses.KL_KINDS)
 config_utils.declare_choices("mismatch.name", ["none", *losses.mismatch.names()])
+config_utils.declare_choices("sampling.filter", ["none", *sampling_lib.EPISODE_FILTERS.names()])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -252,10 +254,21 @@ def shaping_config(c: ml_collections.ConfigDict) -> step_lib.ShapingConfig:
 
 
 def sampling_config(c: ml_collections.ConfigDict) -> step_lib.SamplingConfig:
+    """DAPO dynamic sampling and the episode filter of `config.sampling`, checked."""
     if c.sampling.max_gen_batches < 1:
         raise ValueError(f"sampling.max_gen_batches={c.sampling.max_gen_batches}; allowed: >= 1")
+    name = c.sampling.filter
+    filters = ["none", *sampling_lib.EPISODE_FILTERS.names()]
+    config_utils.check_choice("sampling.filter", name, filters)
+    filter_fn = None
+    if name != "none":
+        hparams = config_utils.to_dict(c.sampling[name])
+        bound = sampling_lib.validate_filter(name, hparams, c.rollout.group_size)
+        filter_fn = functools.partial(sampling_lib.EPISODE_FILTERS.get(name), **bound)
     return step_lib.SamplingConfig(
-        dynamic=c.sampling.dynamic, max_gen_batches=c.sampling.max_gen_batches
+        dynamic=c.sampling.dynamic,
+        max_gen_batches=c.sampling.max_gen_batches,
+        filter_fn=filter_fn,
     )
 
 
@@ -346,6 +359,8 @@ def step_config(
     shared_prompt: int = 0,
     mismatch: str = "none",
     mismatch_kwargs: Mapping[str, Any] | None = None,
+    collapse_metrics: bool = False,
+    mi_proxy: bool = False,
 ) -> step_lib.StepConfig:
     """The train step's `StepConfig`: the one place it is built (`resolve` passes a config's
     values; benchmarks and host-environment code pass their own).
@@ -365,6 +380,8 @@ def step_config(
       shared_prompt: prompt slots the update computes once per group (0 = off).
       mismatch, mismatch_kwargs: a masking correction of `losses.mismatch` ("none": off)
         and its hyperparameters.
+      collapse_metrics: log the reward spread (`step.reward_spread`).
+      mi_proxy: log the prompt-swap mutual-information proxy (`step.prompt_mi_gap`).
 
     Raises:
       ValueError: a variant that does not fit the model, the rollout or the batch split.
@@ -406,6 +423,8 @@ def step_config(
         shaping=shaping or step_lib.ShapingConfig(),
         sampling=sampling or step_lib.SamplingConfig(),
         shared_prompt=shared_prompt,
+        collapse_metrics=collapse_metrics,
+        mi_proxy=mi_proxy,
     )
 
 
@@ -450,6 +469,27 @@ def _check_sampling(c: ml_collections.ConfigDict, needs_greedy: bool) -> None:
         raise ValueError(
             "sampling.dynamic=True is not supported with rollout.context='window'; "
             "allowed: rollout.context='full' or sampling.dynamic=False"
+        )
+    if c.rollout.context == "window" and c.sampling.filter != "none":
+        raise ValueError(
+            f"sampling.filter={c.sampling.filter!r} is not supported with "
+            "rollout.context='window' (it filters episodes, the update trains on step rows); "
+            "allowed: rollout.context='full' or sampling.filter='none'"
+        )
+    if c.sampling.filter == "top_p_variance" and c.rollout.group_size < 2:
+        raise ValueError(
+            f"sampling.filter='top_p_variance' ranks groups by reward variance, but "
+            f"rollout.group_size={c.rollout.group_size}; allowed: rollout.group_size >= 2"
+        )
+    if c.log.mi_proxy and c.rollout.context == "window":
+        raise ValueError(
+            "log.mi_proxy=True swaps the prompt slots of full-history episodes; allowed: "
+            "rollout.context='full' or log.mi_proxy=False"
+        )
+    if c.log.mi_proxy and c.rollout.num_tasks < 2:
+        raise ValueError(
+            f"log.mi_proxy=True scores each episode under another task's prompt, but "
+            f"rollout.num_tasks={c.rollout.num_tasks}; allowed: >= 2, or log.mi_proxy=False"
         )
 
 
@@ -537,5 +577,7 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         shared_prompt=lay.prompt if share else 0,
         mismatch=mismatch,
         mismatch_kwargs=mismatch_kw,
+        collapse_metrics=c.log.collapse_metrics,
+        mi_proxy=c.log.mi_proxy,
     )
     return dataclasses.replace(run, mesh=mesh, step_cfg=step_cfg)

@@ -1,8 +1,10 @@
 """Which episodes a step trains on, and their rewards.
 
 Reward shaping (DAPO's overlong penalty, `shape_rewards`), DAPO dynamic sampling (rollouts
-refilled with informative groups, `dynamic_rollout`, `informative_groups`) and ReMax's
-greedy baseline (`greedy_baseline`). Each takes the step's `StepConfig`.
+refilled with informative groups, `dynamic_rollout`, `informative_groups`), episode filters
+(`EPISODE_FILTERS`: SimpleTIR's void-turn filter, RAGEN-2's top-p reward-variance filter,
+applied by `filter_episodes`) and ReMax's greedy baseline (`greedy_baseline`). Each takes the
+step's `StepConfig`.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from rl4agents.checks import check_range
 from rl4agents.credit import common as credit_common
 from rl4agents.losses import shaping
+from rl4agents.registry import Registry
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.types import Trajectory
 
@@ -52,6 +56,121 @@ def informative_groups(traj: Trajectory, group_size: int) -> jax.Array:
     """bool[num_tasks]: the group's episode rewards are not all equal (DAPO's filter)."""
     r = traj.outcome_reward.reshape(-1, group_size)
     return ~jnp.all(r == r[:, :1], axis=1)
+
+
+# Episode filters: `fn(traj, group_size, *, <hparams>) -> bool[B]`, the episodes the update
+# keeps (config `sampling.filter`, hyperparameters `sampling.<name>.*`).
+EPISODE_FILTERS = Registry("episode filter")
+
+
+@EPISODE_FILTERS.register("void_turn")
+def void_turn(traj: Trajectory, group_size: int) -> jax.Array:
+    """SimpleTIR's filter (arXiv 2509.02479): drop every episode with a void turn.
+
+    A void turn is a turn that happened (`turn_valid`) in which the policy produced neither a
+    valid action nor an answer: the environment did not accept its text as an action
+    (`~turn_action_valid`; an answer is an action in every environment here). An episode
+    with one leaves the update whole: `keep_b = ~any_k(turn_valid_bk & ~turn_action_valid_bk)`.
+
+    Args:
+      traj: B episodes.
+      group_size: G (unused: the filter reads each episode alone).
+
+    Returns:
+      bool[B] the episodes kept.
+    """
+    del group_size
+    void = traj.turn_valid & ~traj.turn_action_valid
+    return ~jnp.any(void, axis=1)
+
+
+@EPISODE_FILTERS.register("top_p_variance")
+def top_p_variance(traj: Trajectory, group_size: int, *, p: float = 0.9) -> jax.Array:
+    """RAGEN-2's reward-variance top-p filter (arXiv 2604.06268): keep the groups of highest
+    reward variance until they hold a fraction `p` of the batch's total.
+
+    With `v_g` the (population) variance of the outcome rewards of task group g, the groups
+    sorted by decreasing `v_g` (ties in task order), and `C_j` the sum of the `v` of the
+    groups sorted before group j, group j is kept iff `C_j < p sum_g v_g`: the shortest
+    prefix whose variance reaches `p` of the total. When every group has variance 0, every
+    group is kept. With `p = 1` every group with `v_g > 0` is kept (DAPO's filter without
+    the refill).
+
+    Args:
+      traj: B = N x G episodes, the G samples of a task contiguous.
+      group_size: G.
+      p: the fraction of the total variance to keep, in (0, 1] (RAGEN-2's default 0.9).
+
+    Returns:
+      bool[B] the episodes kept (whole groups).
+    """
+    check_range("p", p, 0.0, 1.0, low_open=True)
+    r = traj.outcome_reward.reshape(-1, group_size).astype(jnp.float32)
+    var = jnp.var(r, axis=1)
+    order = jnp.argsort(-var, stable=True)
+    ranked = var[order]
+    before = jnp.cumsum(ranked) - ranked
+    total = jnp.sum(var)
+    keep_ranked = (before < p * total) | (total <= 0)
+    keep = jnp.zeros_like(keep_ranked).at[order].set(keep_ranked)
+    return jnp.repeat(keep, group_size)
+
+
+def validate_filter(name: str, hparams: dict | None, group_size: int) -> dict:
+    """Check `hparams` for episode filter `name`; return them merged with the defaults.
+
+    Raises:
+      KeyError: unknown `name`.
+      ValueError: an unknown field, or a value the filter refuses ("sampling.top_p_variance:
+        p=0.0; allowed: in (0, 1]"), found by tracing it once on an abstract batch.
+    """
+    bound = EPISODE_FILTERS.validate(name, hparams)
+    b, k = 2 * group_size, 1
+    f32, i32, flag = jnp.float32, jnp.int32, jnp.bool_
+    probe = Trajectory(
+        tokens=jax.ShapeDtypeStruct((b, 1), i32),
+        valid_mask=jax.ShapeDtypeStruct((b, 1), flag),
+        action_mask=jax.ShapeDtypeStruct((b, 1), flag),
+        obs_mask=jax.ShapeDtypeStruct((b, 1), flag),
+        turn_ids=jax.ShapeDtypeStruct((b, 1), i32),
+        turn_end=jax.ShapeDtypeStruct((b, k), i32),
+        logp_behavior=jax.ShapeDtypeStruct((b, 1), f32),
+        turn_rewards=jax.ShapeDtypeStruct((b, k), f32),
+        turn_valid=jax.ShapeDtypeStruct((b, k), flag),
+        turn_action_valid=jax.ShapeDtypeStruct((b, k), flag),
+        anchors=jax.ShapeDtypeStruct((b, k), jnp.uint32),
+        outcome_reward=jax.ShapeDtypeStruct((b,), f32),
+        success=jax.ShapeDtypeStruct((b,), flag),
+        done=jax.ShapeDtypeStruct((b,), flag),
+        truncated=jax.ShapeDtypeStruct((b,), flag),
+        group_ids=jax.ShapeDtypeStruct((b,), i32),
+        num_turns=jax.ShapeDtypeStruct((b,), i32),
+    )
+    try:
+        jax.eval_shape(lambda t: EPISODE_FILTERS.get(name)(t, group_size, **bound), probe)
+    except ValueError as e:
+        raise ValueError(f"sampling.{name}: {e}") from e
+    return bound
+
+
+def filter_episodes(traj: Trajectory, cfg: StepConfig) -> tuple[Trajectory, dict[str, jax.Array]]:
+    """Apply the step's episode filter (`cfg.sampling.filter_fn`, bound to its
+    hyperparameters): a dropped episode keeps its rewards but loses its action and
+    observation tokens and its turns (`turn_valid`), so, like a slot dynamic sampling left
+    empty, it is in no group or step statistic (`credit.common.trainable_episodes`) and adds
+    nothing to any loss term (policy, entropy, KL, value, ECHO).
+
+    Returns:
+      (the filtered Trajectory, {"filter/kept_frac": f32[] share of episodes kept}).
+    """
+    keep = cfg.sampling.filter_fn(traj, cfg.rollout.group_size)
+    rows = keep[:, None]
+    traj = traj.replace(
+        action_mask=traj.action_mask & rows,
+        obs_mask=traj.obs_mask & rows,
+        turn_valid=traj.turn_valid & rows,
+    )
+    return traj, {"filter/kept_frac": jnp.mean(keep.astype(jnp.float32))}
 
 
 def _group_scatter(buf, new, dest, group_size):

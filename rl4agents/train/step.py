@@ -17,11 +17,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 
 from rl4agents import sharding
 from rl4agents.losses import regularizers
 from rl4agents.rollout import rollout as rollout_lib
-from rl4agents.train import microbatch, objective, sampling
+from rl4agents.train import microbatch, objective, sampling, views
 from rl4agents.train.state import TrainState
 from rl4agents.types import Trajectory
 
@@ -68,10 +69,13 @@ class ShapingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
-    """Batch-level sampling: DAPO dynamic sampling."""
+    """Batch-level sampling: DAPO dynamic sampling and an episode filter."""
 
     dynamic: bool = False  # keep only groups whose rewards differ, refilling the batch
     max_gen_batches: int = 4  # rollouts per step at most while refilling
+    # An episode filter of `sampling.EPISODE_FILTERS` bound to its hyperparameters
+    # (`(traj, group_size) -> bool[B]` kept), or None: every episode trains
+    filter_fn: Callable[..., Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +102,13 @@ class StepConfig:
     # whose first `shared_prompt` slots (tokens and validity) are equal within each group, as
     # `rollout` makes them; the passes read each group's first row there.
     shared_prompt: int = 0
+    # Log `reward_std` and `reward_group_std` (`reward_spread`). Off by default: any op added
+    # to the step's program can change how XLA compiles the update, and with it the last bits
+    # of the parameters.
+    collapse_metrics: bool = False
+    # Log `mi/*`, the prompt-swap mutual-information proxy (`prompt_mi_gap`): one more
+    # teacher-forced pass over 2B rows per step
+    mi_proxy: bool = False
 
     @functools.cached_property
     def layout(self) -> rollout_lib.Layout:
@@ -111,7 +122,8 @@ def initial_kl_coef(lc: LossConfig) -> jax.Array | None:
 
 
 def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
-    """Scalar summaries of a batch of episodes."""
+    """Scalar summaries of a batch of episodes (`zero_std_groups`: the share of task groups
+    whose rewards are all equal)."""
     turns = jnp.maximum(traj.turn_valid.sum(), 1)
     rewards = traj.outcome_reward.reshape(-1, group_size)
     return {
@@ -124,6 +136,69 @@ def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
         "action_tokens": traj.action_mask.sum(axis=1).mean(),
         "context_tokens": traj.valid_mask.sum(axis=1).mean(),
     }
+
+
+def reward_spread(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
+    """RAGEN-2's reward-spread collapse signals (docs/methods.md, "Collapse metrics"), beside
+    `rollout_metrics`' `zero_std_groups` and the loss's `entropy`.
+
+    Returns:
+      f32[] `reward_std` (the std of the B outcome rewards) and `reward_group_std` (the mean
+      over task groups of the std of the group's rewards); both population stds.
+    """
+    rewards = traj.outcome_reward.reshape(-1, group_size)
+    return {
+        "reward_std": jnp.std(traj.outcome_reward),
+        "reward_group_std": jnp.mean(jnp.std(rewards, axis=1)),
+    }
+
+
+def prompt_mi_gap(params, traj: Trajectory, cfg: StepConfig) -> dict[str, jax.Array]:
+    """A mutual-information proxy between prompts and responses (RAGEN-2's collapse check).
+
+    Each episode's action tokens are scored twice by the policy `params` (teacher-forced,
+    full history): under its own prompt, and with the prompt slots (tokens and validity)
+    replaced by those of episode `(b + G) mod B`, the same sample of the next task. With
+    `lo_b` and `lx_b` the mean log-prob of episode b's action tokens in the two passes,
+      `mi/gap = mean_b (lo_b - lx_b)`
+    over the episodes with an action token. A policy whose responses no longer depend on the
+    prompt (template collapse) has a gap near 0 even at high entropy; a prompt-conditioned
+    one a positive gap. The history after the prompt (earlier actions and observations) is
+    kept, so the gap measures what the prompt adds beyond it. One pass over 2B rows (the
+    action slots alone go through the LM head).
+
+    Returns:
+      f32[] `mi/gap`, `mi/logp_own` (mean_b lo_b) and `mi/logp_swapped` (mean_b lx_b).
+    """
+    view = views.full_view(traj, cfg)
+    b, p, g = view.tokens.shape[0], cfg.layout.prompt, cfg.rollout.group_size
+    other = (jnp.arange(b) + g) % b
+    swap_tokens = view.tokens.at[:, :p].set(view.tokens[other, :p])
+    swap_valid = view.valid.at[:, :p].set(view.valid[other, :p])
+    tokens = jnp.concatenate([view.tokens, swap_tokens])
+    valid = jnp.concatenate([view.valid, swap_valid])
+    slots = jnp.broadcast_to(jnp.asarray(view.action_slots), (2 * b, len(view.action_slots)))
+    model = nnx.merge(cfg.graphdef, params)
+    logp = rollout_lib.score(
+        model,
+        tokens,
+        valid,
+        cfg.rollout.temperature,
+        slots=slots,
+        shard=sharding.batch_constraint(cfg.mesh),
+    ).logp
+    mask = view.action_mask
+    n = jnp.sum(mask, axis=1).astype(jnp.float32)
+    rows = (n > 0).astype(jnp.float32)
+
+    def row_mean(x):
+        per_row = jnp.sum(jnp.where(mask, x, 0.0), axis=1) / jnp.maximum(n, 1.0)
+        return jnp.sum(per_row * rows) / jnp.maximum(jnp.sum(rows), 1.0)
+
+    own, swapped = row_mean(logp[:b]), row_mean(logp[b:])
+    return jax.lax.stop_gradient(
+        {"mi/gap": own - swapped, "mi/logp_own": own, "mi/logp_swapped": swapped}
+    )
 
 
 def train_step(
@@ -200,11 +275,24 @@ def update(
       itself (step not advanced) and the metrics say so (`nonfinite_metrics`).
     """
     traj = sharding.shard_batch(traj, cfg.mesh)
+    sampled = traj  # every episode, for the rollout metrics and the guard
+    extra = {}
+    if cfg.sampling.filter_fn is not None:
+        traj, extra = sampling.filter_episodes(traj, cfg)
+    if cfg.collapse_metrics:
+        extra = {**extra, **reward_spread(sampled, cfg.rollout.group_size)}
+    if cfg.mi_proxy:
+        extra = {**extra, **prompt_mi_gap(state.params, traj, cfg)}
     batch, adv_metrics = objective.prepare_batch(state, traj, cfg, rows)
     params, opt_state, metrics = microbatch.minibatch_updates(
         state.params, state.opt_state, batch, key_perm, cfg
     )
-    metrics = {**metrics, **adv_metrics, **rollout_metrics(traj, cfg.rollout.group_size)}
+    metrics = {
+        **metrics,
+        **adv_metrics,
+        **rollout_metrics(sampled, cfg.rollout.group_size),
+        **extra,
+    }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     lc = cfg.loss
     if lc.kl_ctrl == "adaptive":  # after this batch's rewards used the old beta, as verl
@@ -217,7 +305,7 @@ def update(
                 lc.kl_horizon,
             )
         )
-    guard = nonfinite_metrics(traj, metrics, new_state)
+    guard = nonfinite_metrics(sampled, metrics, new_state)
     return keep_if(guard["nonfinite"] > 0, state, new_state), {**metrics, **guard}
 
 
