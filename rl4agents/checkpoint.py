@@ -302,6 +302,7 @@ class Checkpointer:
       compat_defaults: for compat keys added after a run was saved, the value its stored
         config is taken to have (the one that keeps the behaviour it ran with), so that the
         run still resumes and evaluates: {"loss.kl_ctrl": "fixed"}.
+      remedy: the last line of an incompatibility error: what the user can do about it.
     """
 
     def __init__(
@@ -312,8 +313,10 @@ class Checkpointer:
         config_json: str,
         compat_keys: tuple[str, ...],
         compat_defaults: Mapping[str, Any] | None = None,
+        remedy: str = "Use a new workdir, or restore the stored values of these fields.",
     ):
         self.directory = os.path.abspath(os.fspath(directory))
+        self.remedy = remedy
         self.compat_keys = tuple(compat_keys)
         self.compat_defaults = dict(compat_defaults or {})
         self._config = json.loads(config_json)
@@ -362,7 +365,8 @@ class Checkpointer:
                 f"Workdir {self.directory} holds a checkpoint from an incompatible config "
                 f"(stored in {self.config_path}); differing fields:\n"
                 + "\n".join(diffs)
-                + "\nUse a new workdir, or restore the original values of these fields."
+                + "\n"
+                + self.remedy
             )
 
     def _stored_config(self) -> dict | None:
@@ -588,9 +592,7 @@ class Checkpointer:
             return ""
         return (
             " The shapes follow from the config; fields that differ from the stored run's "
-            f"({self.config_path}):\n"
-            + "\n".join(_clip_lines(diff))
-            + "\nUse a new workdir, or restore the stored values of these fields."
+            f"({self.config_path}):\n" + "\n".join(_clip_lines(diff)) + "\n" + self.remedy
         )
 
     def close(self) -> None:

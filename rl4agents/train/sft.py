@@ -309,7 +309,15 @@ def load_params(directory: str, abstract_params: Any, config_json: str, compat_k
             f"init.params={directory!r} holds no saved parameters (expected a directory "
             f"written by scripts/sft.py, with {PARAMS_DIR}/{checkpoint_lib.CONFIG_NAME})"
         )
-    ckpt = checkpoint_lib.Checkpointer(path, config_json=config_json, compat_keys=compat_keys)
+    ckpt = checkpoint_lib.Checkpointer(
+        path,
+        config_json=config_json,
+        compat_keys=compat_keys,
+        remedy=(
+            f"init.params={directory!r} was saved for another environment or model: start from "
+            "parameters saved with these values, or set them as stored."
+        ),
+    )
     try:
         return ckpt.restore(None, abstract_params)
     finally:

@@ -125,7 +125,9 @@ def test_warm_start__incompatible_or_missing_parameters_fail_clearly(setup, tmp_
     state = exp.init_state(jax.random.key(0))
     sft.save_params(str(tmp_path), state.params, 1, exp.config_json, experiment.INIT_COMPAT_KEYS)
     wider = experiment.build(tiny_config(**{"model.d_model": 32}))
-    with pytest.raises(ValueError, match=r"model.d_model: stored 0, new 32"):
+    with pytest.raises(
+        ValueError, match=r"(?s)model.d_model: stored 0, new 32.*init.params=.*another environment"
+    ):
         loop._warm_start(wider, wider.init_state(jax.random.key(0)), str(tmp_path))
     with pytest.raises(FileNotFoundError, match="init.params"):
         loop._warm_start(exp, state, str(tmp_path / "nothing"))
