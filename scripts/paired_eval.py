@@ -1,0 +1,244 @@
+"""Paired held-out evaluation of a study's runs against the policy they started from.
+
+  python scripts/paired_eval.py --sweep=runs/sweeps/learning \
+      --out=experiments/results/learning --num_tasks=512
+
+For every environment of the study, the start policy (the runs' `init.params`, one per
+environment) and the latest checkpoint of each finished run are evaluated, greedy and sampled,
+on the same `--num_tasks` fixed tasks of `--split` (the runs' `train.eval_seed`), task by task
+(`Experiment.task_outcomes_fn`). Because every policy meets the same tasks, the change from the
+start policy is paired: its 95% interval comes from a bootstrap that resamples seeds and tasks
+(`results.paired_bootstrap_ci`), so it covers both the spread between training runs and the
+sampling of the evaluation tasks.
+
+Writes to --out:
+  per_task.csv   the raw outcomes: env, policy ("base" or "rl"), seed, task, greedy/sampled
+                 success and reward (the table is a function of this file and nothing else);
+  table.csv      env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,seeds,eval_tasks,minutes
+                 then rl_test per seed, sampled success, the variant, steps and the p-value of a
+                 two-sided sign-flip test over seeds;
+  table.md       the same as Markdown;
+  curves.png     held-out greedy success over training steps per environment (mean over seeds,
+                 min-max band), from each run's metrics.jsonl, with the start policy's level.
+A run that has not finished is left out and named on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configs import base  # noqa: E402
+from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
+from rl4agents import results  # noqa: E402
+from rl4agents.train import experiment, sft, writers  # noqa: E402
+
+COLUMNS = (
+    "env",
+    "base_test",
+    "rl_test",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "seeds",
+    "eval_tasks",
+    "minutes",
+)
+EXTRA = ("rl_test_per_seed", "base_sampled", "rl_sampled", "variant", "steps", "p_sign_flip")
+
+
+def load_config(workdir: str):
+    """The run's resolved config (sweep's config.json) over today's defaults."""
+    config = base.get_config()
+    config.unlock()
+    with open(os.path.join(workdir, results.CONFIG_NAME)) as f:
+        config.update(json.load(f))
+    return config
+
+
+def run_params(exp, workdir: str):
+    """The parameters of the run's latest checkpoint, and its step."""
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        config_json=exp.config_json,
+        compat_keys=experiment.COMPAT_KEYS,
+        compat_defaults=experiment.COMPAT_DEFAULTS,
+    )
+    try:
+        step = ckpt.latest_step()
+        state = ckpt.restore(step, exp.abstract_state())
+    finally:
+        ckpt.close()
+    return state.params, step
+
+
+def outcomes(exp, params, split: str, num_tasks: int) -> dict[str, np.ndarray]:
+    fn = exp.task_outcomes_fn(split, num_tasks)
+    return {
+        k: np.asarray(v) for k, v in jax.device_get(fn(params, exp.config.train.eval_seed)).items()
+    }
+
+
+def eval_curve(workdir: str, split: str) -> list[tuple[float, float]]:
+    rows = writers.read_metrics(os.path.join(workdir, results.METRICS_NAME))
+    key = f"eval_{split}/greedy_success"
+    return [(r["step"], r[key]) for r in rows if key in r]
+
+
+def plot(curves: dict, base_level: dict, path: str, split: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(curves)
+    cols = min(5, len(envs))
+    rows = -(-len(envs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        xs, mean, lo, hi, _ = results.curve_stats(curves[env])
+        ax.plot(xs, mean, color="C0", label="RL (mean over seeds)")
+        ax.fill_between(xs, lo, hi, color="C0", alpha=0.25, label="min-max over seeds")
+        ax.axhline(base_level[env], color="C3", ls="--", lw=1, label="base policy")
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(envs) :]:
+        ax.axis("off")
+    axes[0][0].set_ylabel(f"{split} greedy success", fontsize=8)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sweep", required=True, help="A scripts/sweep.py output directory.")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--num_tasks", type=int, default=512)
+    ap.add_argument("--split", default="test", choices=("train", "test", "ood"))
+    ap.add_argument("--samples", type=int, default=10000, help="Bootstrap resamples.")
+    args = ap.parse_args()
+    if args.num_tasks < 1:
+        sys.exit(f"error: --num_tasks={args.num_tasks}; allowed: >= 1")
+    plan_path = os.path.join(args.sweep, results.PLAN_NAME)
+    if not os.path.exists(plan_path):
+        sys.exit(f"error: --sweep={args.sweep!r} holds no {results.PLAN_NAME}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    by_env: dict[str, list[dict]] = {}
+    for entry in plan["runs"]:
+        workdir = os.path.join(args.sweep, entry["dir"])
+        if not results.is_complete(workdir):
+            print(f"skipped (not finished): {workdir}", file=sys.stderr)
+            continue
+        by_env.setdefault(entry["env"], []).append({**entry, "workdir": workdir})
+    if not by_env:
+        sys.exit(f"error: --sweep={args.sweep!r}: no finished run")
+    os.makedirs(args.out, exist_ok=True)
+    raw, table, curves, base_level = [], [], {}, {}
+    for env, runs in by_env.items():
+        runs.sort(key=lambda r: r["seed"])
+        first = load_config(runs[0]["workdir"])
+        if not first.init.params:
+            sys.exit(
+                f"error: {runs[0]['workdir']}: no init.params; allowed: runs that start "
+                "from a saved policy"
+            )
+        exp = experiment.build(first)
+        base_params = sft.load_params(
+            first.init.params,
+            exp.abstract_state().params,
+            exp.config_json,
+            experiment.INIT_COMPAT_KEYS,
+        )
+        base_out = outcomes(exp, base_params, args.split, args.num_tasks)
+        for i in range(args.num_tasks):
+            raw.append(_row(env, "base", "", i, base_out))
+        rl_succ, rl_sampled, minutes, steps = [], [], [], []
+        for r in runs:
+            config = load_config(r["workdir"])
+            if config.init.params != first.init.params or config.train.eval_seed != (
+                first.train.eval_seed
+            ):
+                sys.exit(
+                    f"error: {r['workdir']}: another start policy or eval seed than "
+                    f"{runs[0]['workdir']}; allowed: one of each per environment"
+                )
+            params, step = run_params(exp, r["workdir"])
+            out = outcomes(exp, params, args.split, args.num_tasks)
+            for i in range(args.num_tasks):
+                raw.append(_row(env, "rl", r["seed"], i, out))
+            rl_succ.append(out["greedy_success"])
+            rl_sampled.append(out["sampled_success"].mean())
+            summary = results.read_summary(r["workdir"]) or {}
+            minutes.append(summary.get("wall_s", float("nan")) / 60)
+            steps.append(step)
+        exp.close()
+        a = np.stack(rl_succ)  # f[S, N]
+        b = base_out["greedy_success"]  # f[N]
+        mean, lo, hi = results.paired_bootstrap_ci(a, b, samples=args.samples, seed=0)
+        per_seed = a.mean(axis=1) - b.mean()
+        table.append(
+            {
+                "env": env,
+                "base_test": round(float(b.mean()), 4),
+                "rl_test": round(float(a.mean()), 4),
+                "delta": round(float(mean), 4),
+                "delta_ci_low": round(float(lo), 4),
+                "delta_ci_high": round(float(hi), 4),
+                "seeds": len(runs),
+                "eval_tasks": args.num_tasks,
+                "minutes": round(float(np.max(minutes)), 1),
+                "rl_test_per_seed": " ".join(f"{v:.3f}" for v in a.mean(axis=1)),
+                "base_sampled": round(float(base_out["sampled_success"].mean()), 4),
+                "rl_sampled": round(float(np.mean(rl_sampled)), 4),
+                "variant": ",".join(runs[0]["variant"]) or "base",
+                "steps": " ".join(str(s) for s in steps),
+                "p_sign_flip": round(results.sign_flip_p(per_seed), 4),
+            }
+        )
+        curves[env] = [eval_curve(r["workdir"], args.split) for r in runs]
+        base_level[env] = float(b.mean())
+        print(json.dumps(table[-1]), flush=True)
+    _write_csv(os.path.join(args.out, "per_task.csv"), raw)
+    _write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(writers.format_table(table, list(COLUMNS + EXTRA)) + "\n")
+    plot(curves, base_level, os.path.join(args.out, "curves.png"), args.split)
+    improved = sum(r["delta_ci_low"] > 0 for r in table)
+    print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
+
+
+def _row(env: str, policy: str, seed, task: int, out: dict) -> dict:
+    return {
+        "env": env,
+        "policy": policy,
+        "seed": seed,
+        "task": task,
+        **{k: float(out[k][task]) for k in sorted(out)},
+    }
+
+
+def _write_csv(path: str, rows: list[dict], columns=None) -> None:
+    columns = list(columns or rows[0])
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()
