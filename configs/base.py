@@ -89,6 +89,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.echo_coef = 0.0  # ECHO lambda: cross-entropy on environment-observation tokens
     c.loss.tis_cap = 0.0  # truncated importance sampling cap C >= 1 (0 = off)
     c.loss.tis_mode = "token"  # "token" | "sequence"
+    # EPO entropy smoothing (docs/methods.md, "EPO entropy smoothing"): epo_coef * the distance
+    # of the batch entropy from [epo_low, epo_high] x its running average (an EMA with decay
+    # epo_decay over steps); 0 = off.
+    c.loss.epo_coef = 0.0
+    c.loss.epo_decay = 0.9
+    c.loss.epo_low = 0.8
+    c.loss.epo_high = 1.2
 
     # Sampler/learner mismatch corrections that mask tokens (or sequences) whose ratio
     # pi_learner / pi_sampler leaves a band out of the loss (docs/methods.md, "Mismatch

@@ -1,7 +1,7 @@
-"""KL penalties, entropy and the ECHO environment cross-entropy.
+"""KL penalties, entropy, EPO's entropy smoothing and the ECHO environment cross-entropy.
 
 docs/methods.md, "Regularisers and shaping": "KL estimators", "KL in the loss vs in the reward",
-"Entropy bonus" and "ECHO".
+"Entropy bonus", "EPO entropy smoothing" and "ECHO".
 """
 
 from __future__ import annotations
@@ -152,6 +152,51 @@ def token_entropy(logits: jax.Array, mask: jax.Array, temperature: float = 1.0) 
     chex.assert_rank([logits, mask], [3, 2])
     chex.assert_equal_shape_prefix([logits, mask], 2)
     return entropy_from_logits(logits, temperature) * mask.astype(jnp.float32)
+
+
+def entropy_smoothing_penalty(
+    entropy: jax.Array, entropy_avg: jax.Array, *, low: float = 0.8, high: float = 1.2
+) -> jax.Array:
+    """EPO's entropy smoothing term: how far the batch's entropy left a band around the run's
+    recent average (docs/methods.md, "EPO entropy smoothing").
+
+    `P = max(low Hbar - H, 0) + max(H - high Hbar, 0)`: 0 while `H` stays within
+    `[low Hbar, high Hbar]`, then growing linearly with the distance to the band, so the
+    gradient of `coef P` pulls an entropy that jumps or collapses back towards `Hbar`.
+    `Hbar` is a constant (stop-gradient). EPO, arXiv 2509.22576 (its code's band: 0.8, 1.2).
+
+    Args:
+      entropy: f32[] the batch's aggregated policy entropy `H` (differentiable).
+      entropy_avg: f32[] the running average `Hbar`.
+      low: lower end of the band as a fraction of `Hbar`, in [0, 1].
+      high: upper end, >= 1.
+
+    Returns:
+      f32[] the penalty (>= 0).
+    """
+    avg = jax.lax.stop_gradient(jnp.asarray(entropy_avg, jnp.float32))
+    h = jnp.asarray(entropy, jnp.float32)
+    return jnp.maximum(low * avg - h, 0.0) + jnp.maximum(h - high * avg, 0.0)
+
+
+def running_entropy_avg(state: jax.Array, entropy: jax.Array, decay: float) -> jax.Array:
+    """One update of EPO's running entropy average (an exponential moving average).
+
+    `state = [Hbar, n]` (n: steps seen). The first step sets `Hbar = H`; later ones
+    `Hbar <- decay Hbar + (1 - decay) H`.
+
+    Args:
+      state: f32[2] `[Hbar, n]`.
+      entropy: f32[] this step's entropy `H`.
+      decay: in [0, 1).
+
+    Returns:
+      f32[2] the next `[Hbar, n + 1]`.
+    """
+    avg, n = state[0], state[1]
+    h = jax.lax.stop_gradient(entropy.astype(jnp.float32))
+    new = jnp.where(n > 0, decay * avg + (1.0 - decay) * h, h)
+    return jnp.stack([new, n + 1.0])
 
 
 def echo_loss(logp: jax.Array, target_mask: jax.Array) -> jax.Array:

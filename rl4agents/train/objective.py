@@ -46,15 +46,19 @@ class Batch(NamedTuple):
     # int32[B, R] the slots the losses read (every slot an action token can occupy), scored
     # alone by the teacher-forced pass; None: score every slot (ECHO reads observation slots)
     score_slots: jax.Array | None = None
+    # f32[B, 2] EPO's running entropy average and steps seen, the same on every row (so that
+    # minibatches carry it); None without EPO
+    entropy_avg: jax.Array | None = None
 
 
 # `loss_fn` metrics that are (parts of) the aggregated loss, summed like the gradient when
 # microbatches are accumulated (`microbatch.accumulated_grads`).
-LOSS_METRICS = ("loss", "pg_loss", "entropy", "kl_ref", "value_loss")
+LOSS_METRICS = ("loss", "pg_loss", "entropy", "kl_ref", "value_loss", "epo_penalty")
 
 
 def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Policy loss + entropy bonus + KL to the reference (k-estimator, in the loss) + value loss.
+    """Policy loss + entropy bonus + EPO's entropy smoothing + KL to the reference
+    (k-estimator, in the loss) + value loss + ECHO.
 
     The entropy, KL and value terms use the policy loss's aggregation (`agg`, and `agg_scale`
     for "seq-mean-token-sum-norm"), as verl applies one `agg_loss` mode to every term.
@@ -81,6 +85,14 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
     entropy = agg_lib.aggregate(sc.entropy, mask, lc.agg, lc.agg_scale)
     loss = pg_loss - lc.entropy_coef * entropy
     metrics = {**metrics, "pg_loss": pg_loss, "entropy": entropy}
+    if lc.epo_coef > 0:  # no penalty before the average has seen a step
+        avg, seen = batch.entropy_avg[0, 0], batch.entropy_avg[0, 1] > 0
+        penalty = regularizers.entropy_smoothing_penalty(
+            entropy, avg, low=lc.epo_low, high=lc.epo_high
+        )
+        penalty = jnp.where(seen, penalty, 0.0)
+        loss = loss + lc.epo_coef * penalty
+        metrics["epo_penalty"] = penalty
     if lc.echo_coef > 0:
         echo = regularizers.echo_loss(sc.logp, batch.obs_target)
         loss = loss + lc.echo_coef * echo
@@ -108,6 +120,16 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         metrics = {**metrics, **v_metrics, "value_loss": v_loss}
     metrics["loss"] = loss
     return loss, jax.lax.stop_gradient(metrics)
+
+
+def epo_rows(state: TrainState, rows: int) -> jax.Array:
+    """f32[rows, 2]: `state.entropy_avg` on every row (EPO's running entropy average)."""
+    if state.entropy_avg is None:
+        raise ValueError(
+            "loss.epo_coef > 0 needs TrainState.entropy_avg; build the state with "
+            "entropy_avg=step.initial_entropy_avg(cfg.loss)"
+        )
+    return jnp.broadcast_to(state.entropy_avg.astype(jnp.float32), (rows, 2))
 
 
 def prepare_batch(
@@ -209,6 +231,7 @@ def prepare_batch(
         obs_target=view.obs_target,
         turn_ids=view.turn_ids,
         score_slots=slots,
+        entropy_avg=None if lc.epo_coef <= 0 else epo_rows(state, tokens.shape[0]),
     )
     adv_metrics = {
         "adv_mean": credit_common.masked_mean(out.advantages, traj.action_mask),

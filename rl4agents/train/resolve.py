@@ -27,7 +27,7 @@ import ml_collections
 import optax
 from flax import nnx
 
-from rl4agents import config_utils, credit, envs, losses, memory, sharding, text
+from rl4agents import checks, config_utils, credit, envs, losses, memory, sharding, text
 from rl4agents.models import hf, hf_tokenizer
 from rl4agents.models import policy as policy_lib
 from rl4agents.registry import Registry
@@ -207,6 +207,10 @@ def loss_settings(c: ml_collections.ConfigDict) -> dict[str, Any]:
             raise ValueError(f"loss.{field}={lc[field]}; allowed: >= 0")
     if 0 < lc.tis_cap < 1:
         raise ValueError(f"loss.tis_cap={lc.tis_cap}; allowed: 0 (off) or >= 1")
+    checks.check_range("loss.epo_coef", lc.epo_coef, 0.0, note="(0 = off)")
+    checks.check_range("loss.epo_decay", lc.epo_decay, 0.0, 1.0, high_open=True)
+    checks.check_range("loss.epo_low", lc.epo_low, 0.0, 1.0)
+    checks.check_range("loss.epo_high", lc.epo_high, 1.0)
     fields = (
         "entropy_coef",
         "kl_coef",
@@ -221,6 +225,10 @@ def loss_settings(c: ml_collections.ConfigDict) -> dict[str, Any]:
         "echo_coef",
         "tis_cap",
         "tis_mode",
+        "epo_coef",
+        "epo_decay",
+        "epo_low",
+        "epo_high",
     )
     return {k: lc[k] for k in fields}
 

@@ -18,6 +18,9 @@ class TrainState:
     # f32[] the KL coefficient beta under the adaptive controller (loss.kl_ctrl="adaptive"),
     # updated every step and checkpointed with the rest; None for a fixed beta.
     kl_coef: Any = None
+    # f32[2] EPO's running entropy average and the number of steps it has seen (loss.epo_coef
+    # > 0, `step.initial_entropy_avg`), updated every step like kl_coef; None without EPO.
+    entropy_avg: Any = None
 
 
 def make_optimizer(

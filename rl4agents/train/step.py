@@ -56,6 +56,13 @@ class LossConfig:
     # `mismatch.name`), or None: tokens outside its ratio band leave the loss
     mismatch_fn: Callable[..., Any] | None = None
     policy_takes_segments: bool = False  # the policy loss accepts `segment_ids` (turn ids)
+    # EPO entropy smoothing: coef * (distance of the batch entropy from the band
+    # [epo_low, epo_high] x its running average, an EMA with decay epo_decay held in
+    # TrainState.entropy_avg); 0 = off
+    epo_coef: float = 0.0
+    epo_decay: float = 0.9
+    epo_low: float = 0.8
+    epo_high: float = 1.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +126,12 @@ class StepConfig:
 def initial_kl_coef(lc: LossConfig) -> jax.Array | None:
     """`TrainState.kl_coef` of a fresh run: f32[] beta under the adaptive controller, else None."""
     return jnp.asarray(lc.kl_coef, jnp.float32) if lc.kl_ctrl == "adaptive" else None
+
+
+def initial_entropy_avg(lc: LossConfig) -> jax.Array | None:
+    """`TrainState.entropy_avg` of a fresh run: f32[2] zeros (no step seen) under EPO
+    (`lc.epo_coef > 0`), else None."""
+    return jnp.zeros((2,), jnp.float32) if lc.epo_coef > 0 else None
 
 
 def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
@@ -305,6 +318,13 @@ def update(
                 lc.kl_horizon,
             )
         )
+    if lc.epo_coef > 0:  # after this batch's loss read the old average, as the KL controller
+        new_state = new_state.replace(
+            entropy_avg=regularizers.running_entropy_avg(
+                state.entropy_avg, metrics["entropy"], lc.epo_decay
+            )
+        )
+        metrics["epo_entropy_avg"] = new_state.entropy_avg[0]
     guard = nonfinite_metrics(sampled, metrics, new_state)
     return keep_if(guard["nonfinite"] > 0, state, new_state), {**metrics, **guard}
 
@@ -326,16 +346,18 @@ def nonfinite_metrics(
 
     `nonfinite_rewards`: episodes with a non-finite turn, outcome or baseline reward (an
     environment's inf/nan); `nonfinite_state`: 1.0 when the updated parameters, optimizer state
-    or KL coefficient hold a non-finite value; `nonfinite`: 1.0 when any of these, the loss or
-    the gradient norm (`metrics["loss"]`, `metrics["grad_norm"]`) is not finite: the update is
-    then rejected (`keep_if`).
+    or controller state (KL coefficient, EPO entropy average) hold a non-finite value;
+    `nonfinite`: 1.0 when any of these, the loss or the gradient norm (`metrics["loss"]`,
+    `metrics["grad_norm"]`) is not finite: the update is then rejected (`keep_if`).
     """
     bad_rows = ~jnp.isfinite(traj.outcome_reward) | ~jnp.all(
         jnp.isfinite(traj.turn_rewards), axis=1
     )
     if traj.baseline_reward is not None:
         bad_rows = bad_rows | ~jnp.isfinite(traj.baseline_reward)
-    state_ok = all_finite((new_state.params, new_state.opt_state, new_state.kl_coef))
+    state_ok = all_finite(
+        (new_state.params, new_state.opt_state, new_state.kl_coef, new_state.entropy_avg)
+    )
     ok = ~jnp.any(bad_rows) & jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
     ok = ok & state_ok
     return {
