@@ -64,11 +64,15 @@ def load_config(workdir: str):
     return config
 
 
-def run_params(exp, workdir: str):
-    """The parameters of the run's latest checkpoint, and its step."""
+def run_params(exp, config, workdir: str):
+    """The parameters of the run's latest checkpoint, and its step.
+
+    `exp` is built from another run of the same environment (the programs are shared); the
+    checkpoint is checked against this run's own `config`.
+    """
     ckpt = checkpoint_lib.Checkpointer(
         os.path.join(workdir, "checkpoints"),
-        config_json=exp.config_json,
+        config_json=config.to_json_best_effort(sort_keys=True, indent=2),
         compat_keys=experiment.COMPAT_KEYS,
         compat_defaults=experiment.COMPAT_DEFAULTS,
     )
@@ -175,7 +179,7 @@ def main() -> None:
                     f"error: {r['workdir']}: another start policy or eval seed than "
                     f"{runs[0]['workdir']}; allowed: one of each per environment"
                 )
-            params, step = run_params(exp, r["workdir"])
+            params, step = run_params(exp, config, r["workdir"])
             out = outcomes(exp, params, args.split, args.num_tasks)
             for i in range(args.num_tasks):
                 raw.append(_row(env, "rl", r["seed"], i, out))
