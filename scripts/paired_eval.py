@@ -15,8 +15,9 @@ Writes to --out:
   per_task.csv   the raw outcomes: env, policy ("base" or "rl"), seed, task, greedy/sampled
                  success and reward (the table is a function of this file and nothing else);
   table.csv      env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,seeds,eval_tasks,minutes
-                 then rl_test per seed, sampled success, the variant, steps and the p-value of a
-                 two-sided sign-flip test over seeds;
+                 then rl_test per seed, sampled success, the variant, steps, the p-value of a
+                 two-sided sign-flip test over seeds and the runs' CPU-hours (process CPU
+                 time, every thread, summed over seeds; the evaluation here not included);
   table.md       the same as Markdown;
   curves.png     held-out greedy success over training steps per environment (mean over seeds,
                  min-max band), from each run's metrics.jsonl, with the start policy's level.
@@ -52,7 +53,15 @@ COLUMNS = (
     "eval_tasks",
     "minutes",
 )
-EXTRA = ("rl_test_per_seed", "base_sampled", "rl_sampled", "variant", "steps", "p_sign_flip")
+EXTRA = (
+    "rl_test_per_seed",
+    "base_sampled",
+    "rl_sampled",
+    "variant",
+    "steps",
+    "p_sign_flip",
+    "cpu_hours",
+)
 
 
 def load_config(workdir: str):
@@ -169,7 +178,7 @@ def main() -> None:
         base_out = outcomes(exp, base_params, args.split, args.num_tasks)
         for i in range(args.num_tasks):
             raw.append(_row(env, "base", "", i, base_out))
-        rl_succ, rl_sampled, minutes, steps = [], [], [], []
+        rl_succ, rl_sampled, minutes, steps, cpu_s = [], [], [], [], []
         for r in runs:
             config = load_config(r["workdir"])
             if config.init.params != first.init.params or config.train.eval_seed != (
@@ -187,6 +196,7 @@ def main() -> None:
             rl_sampled.append(out["sampled_success"].mean())
             summary = results.read_summary(r["workdir"]) or {}
             minutes.append(summary.get("wall_s", float("nan")) / 60)
+            cpu_s.append(summary.get("process_cpu_s", float("nan")))
             steps.append(step)
         exp.close()
         a = np.stack(rl_succ)  # f[S, N]
@@ -210,6 +220,7 @@ def main() -> None:
                 "variant": ",".join(runs[0]["variant"]) or "base",
                 "steps": " ".join(str(s) for s in steps),
                 "p_sign_flip": round(results.sign_flip_p(per_seed), 4),
+                "cpu_hours": round(float(np.sum(cpu_s)) / 3600, 2),
             }
         )
         curves[env] = [eval_curve(r["workdir"], args.split) for r in runs]
@@ -222,6 +233,8 @@ def main() -> None:
     plot(curves, base_level, os.path.join(args.out, "curves.png"), args.split)
     improved = sum(r["delta_ci_low"] > 0 for r in table)
     print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
+    cpu = sum(r["cpu_hours"] for r in table)
+    print(f"training: {cpu:.2f} CPU-hours (process CPU time of every run; NaN: a run without it)")
 
 
 def _row(env: str, policy: str, seed, task: int, out: dict) -> dict:

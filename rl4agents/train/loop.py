@@ -466,6 +466,9 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
     summary: dict[str, Any] = {
         "steps": int(step),
         "wall_s": round(wall, 1),
+        # CPU seconds (user + system, every thread) of the process that wrote this summary:
+        # what a study's CPU-hours add up (a resumed run counts its last process only).
+        "process_cpu_s": round(time.process_time(), 1),
         "first_step_s": None if compile_s is None else round(compile_s, 2),
         "milestones": milestones,
         "finished": bool(final),

@@ -31,6 +31,7 @@ import numpy as np
 
 from rl4agents import checkpoint as checkpoint_lib
 from rl4agents import config_utils
+from rl4agents.envs import registry as env_registry
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment as experiment_lib
 from rl4agents.train import sft
@@ -66,15 +67,22 @@ def parse_eps(value: str) -> tuple[float, ...]:
     return levels
 
 
-def parse_weights(value: str, envs: Sequence[str]) -> np.ndarray:
-    """f64[len(envs)] sampling probabilities from `pretrain.weights` ("name=w,..."; others 1)."""
+def parse_weights(value: str, envs: Sequence[str], known: Sequence[str] = ()) -> np.ndarray:
+    """f64[len(envs)] sampling probabilities from `pretrain.weights` ("name=w,..."; others 1).
+
+    A weight for an environment of `known` that the corpus leaves out (not in `envs`) is
+    ignored, so a recipe's weights still apply to a subset of its environments.
+    """
     w = dict.fromkeys(envs, 1.0)
+    skip = set(known) - set(envs)
     for item in (x.strip() for x in value.split(",") if x.strip()):
         name, sep, num = item.partition("=")
         try:
             weight = float(num)
         except ValueError:
             weight = -1.0
+        if sep and name in skip and weight >= 0:
+            continue
         if not sep or name not in w or not weight >= 0:
             raise ValueError(
                 f"pretrain.weights: {item!r}; allowed: name=weight (weight >= 0) for a "
@@ -249,7 +257,7 @@ def run(
     _check(p)
     names = parse_envs(p.envs, tuple(env_configs))
     levels = parse_eps(p.eps)
-    probs = parse_weights(p.weights, names)
+    probs = parse_weights(p.weights, names, env_registry.names(backend=None))
     stored = json.loads(config.to_json_best_effort())
     for name in names:
         c = json.loads(env_configs[name].to_json_best_effort())
@@ -362,6 +370,7 @@ def run(
         "train_s": round(train_s, 1),
         "eval_s": round(eval_s, 1),
         "wall_s": round(time.perf_counter() - t0, 1),
+        "process_cpu_s": round(time.process_time(), 1),  # user + system, every thread
         "params": os.path.join(workdir, sft.PARAMS_DIR),
     }
     with open(os.path.join(workdir, "summary.json"), "w") as f:

@@ -122,6 +122,11 @@ def test_parsers__bad_values_fail_in_one_line():
     np.testing.assert_allclose(pretrain.parse_weights("maze=3", envs), [0.75, 0.25])
     with pytest.raises(ValueError, match="pretrain.weights: 'sokoban=1'"):
         pretrain.parse_weights("sokoban=1", envs)
+    # A known environment left out of the corpus: its weight is ignored; a typo still fails.
+    known = ("maze", "wordle", "sokoban")
+    np.testing.assert_allclose(pretrain.parse_weights("sokoban=2", envs, known), [0.5, 0.5])
+    with pytest.raises(ValueError, match="pretrain.weights: 'sokobn=2'"):
+        pretrain.parse_weights("sokobn=2", envs, known)
     np.testing.assert_array_equal(pretrain.noise_levels(5, (0.0, 0.5)), [0, 0.5, 0, 0.5, 0])
 
 

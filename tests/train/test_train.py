@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -215,6 +216,7 @@ def test_loop__interrupted_during_evaluation_redoes_it_on_resume(tmp_path, full_
     summary = loop.run(loop_config(), str(workdir), quiet=True)
     assert summary["finished"] and not summary["interrupted"]
     assert _rows(workdir) == _rows(full_run)
+    assert 0 < summary["process_cpu_s"] <= time.process_time()
 
 
 def test_loop__interrupted_in_the_final_evaluation_finishes_on_rerun(
