@@ -55,6 +55,7 @@ PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"value_proj/kernel", ("embed", None)),
     (r"value_proj/bias", (None,)),
     (r"[a-z_]*norm/scale", ("norm",)),  # input_norm, post_attn_norm, final_norm, q_norm, k_norm
+    (r"entropy_avg", (None,)),  # EPO's (running average, steps seen): replicated
 )
 
 

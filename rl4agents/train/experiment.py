@@ -40,12 +40,14 @@ COMPAT_KEYS = (
     "model.head_dim",
     "loss.kl_coef",
     "loss.kl_ctrl",  # "adaptive" keeps beta in the training state
+    "loss.epo_coef",  # > 0 keeps EPO's running entropy average in the training state
     "optim.grad_clip",
     "optim.weight_decay",
     "seed",  # a resumed run replays the randomness of the uninterrupted one
 )
 # Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
-COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed"}  # runs saved before the adaptive controller
+# Runs saved before the adaptive controller, and before EPO.
+COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed", "loss.epo_coef": 0.0}
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
 EVAL_KEYS = step_lib.EVAL_KEYS
@@ -271,6 +273,7 @@ def make_state(
         opt_state=step_cfg.optimizer.init(params),
         ref_params=ref,
         kl_coef=step_lib.initial_kl_coef(step_cfg.loss),
+        entropy_avg=step_lib.initial_entropy_avg(step_cfg.loss),
     )
 
 

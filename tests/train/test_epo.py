@@ -94,8 +94,8 @@ def test_update__keeps_the_running_average_in_the_state():
     assert (cfg.loss.epo_coef, cfg.loss.epo_decay) == (0.1, 0.9)
     np.testing.assert_array_equal(step_lib.initial_entropy_avg(cfg.loss), [0.0, 0.0])
     assert step_lib.initial_entropy_avg(build().step_cfg.loss) is None
-    state = exp.init_state(jax.random.key(0))
-    state = state.replace(entropy_avg=step_lib.initial_entropy_avg(cfg.loss))
+    state = exp.init_state(jax.random.key(0))  # a fresh run's state carries the average
+    np.testing.assert_array_equal(state.entropy_avg, [0.0, 0.0])
     update = jax.jit(lambda s, t, k: step_lib.update(s, t, k, cfg))
     entropies = []
     for i in range(3):
