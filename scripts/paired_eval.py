@@ -19,8 +19,9 @@ Writes to --out:
                  two-sided sign-flip test over seeds and the runs' CPU-hours (process CPU
                  time, every thread, summed over seeds; the evaluation here not included);
   table.md       the same as Markdown;
-  curves.png     held-out greedy success over training steps per environment (mean over seeds,
-                 min-max band), from each run's metrics.jsonl, with the start policy's level.
+  curves.png     per environment: held-out greedy success at the runs' evaluations (mean over
+                 seeds, min-max band; step 0 is the start policy on --num_tasks tasks) and the
+                 training batches' success, from each run's metrics.jsonl.
 A run that has not finished is left out and named on stderr.
 """
 
@@ -100,13 +101,17 @@ def outcomes(exp, params, split: str, num_tasks: int) -> dict[str, np.ndarray]:
     }
 
 
-def eval_curve(workdir: str, split: str) -> list[tuple[float, float]]:
+def run_curves(workdir: str, split: str, start: float) -> tuple[list, list]:
+    """(held-out greedy success per evaluation, with the start policy's at step 0; training
+    success per step) of one run."""
     rows = writers.read_metrics(os.path.join(workdir, results.METRICS_NAME))
     key = f"eval_{split}/greedy_success"
-    return [(r["step"], r[key]) for r in rows if key in r]
+    held_out = [(0, start)] + [(r["step"], r[key]) for r in rows if key in r]
+    train = [(r["step"], r["train/success"]) for r in rows if "train/success" in r]
+    return held_out, train
 
 
-def plot(curves: dict, base_level: dict, path: str, split: str) -> None:
+def plot(curves: dict, path: str, split: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,19 +120,22 @@ def plot(curves: dict, base_level: dict, path: str, split: str) -> None:
     envs = list(curves)
     cols = min(5, len(envs))
     rows = -(-len(envs) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False)
     for ax, env in zip(axes.flat, envs):
-        xs, mean, lo, hi, _ = results.curve_stats(curves[env])
-        ax.plot(xs, mean, color="C0", label="RL (mean over seeds)")
+        held_out, train, base_level = curves[env]
+        xs, mean, lo, hi, _ = results.curve_stats(train)
+        ax.plot(xs, mean, color="C7", lw=0.8, label="training success (sampled)")
+        xs, mean, lo, hi, _ = results.curve_stats(held_out)
+        ax.plot(xs, mean, "o-", color="C0", ms=3, label=f"{split} greedy (mean of seeds)")
         ax.fill_between(xs, lo, hi, color="C0", alpha=0.25, label="min-max over seeds")
-        ax.axhline(base_level[env], color="C3", ls="--", lw=1, label="base policy")
+        ax.axhline(base_level, color="C3", ls="--", lw=1, label="base policy")
         ax.set_title(env, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.set_ylim(-0.02, 1.02)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(envs) :]:
         ax.axis("off")
-    axes[0][0].set_ylabel(f"{split} greedy success", fontsize=8)
+    axes[0][0].set_ylabel("success", fontsize=8)
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -141,6 +149,10 @@ def main() -> None:
     ap.add_argument("--num_tasks", type=int, default=512)
     ap.add_argument("--split", default="test", choices=("train", "test", "ood"))
     ap.add_argument("--samples", type=int, default=10000, help="Bootstrap resamples.")
+    ap.add_argument("--envs", default="", help="Comma-separated environments (default: all).")
+    ap.add_argument(
+        "--min_seeds", type=int, default=1, help="Leave out environments with fewer finished runs."
+    )
     args = ap.parse_args()
     if args.num_tasks < 1:
         sys.exit(f"error: --num_tasks={args.num_tasks}; allowed: >= 1")
@@ -156,10 +168,18 @@ def main() -> None:
             print(f"skipped (not finished): {workdir}", file=sys.stderr)
             continue
         by_env.setdefault(entry["env"], []).append({**entry, "workdir": workdir})
+    wanted = [e for e in args.envs.split(",") if e]
+    if wanted:
+        missing = sorted(set(wanted) - set(by_env))
+        if missing:
+            sys.exit(f"error: --envs names {missing}; allowed (finished runs): {sorted(by_env)}")
+        by_env = {e: by_env[e] for e in wanted}
+    for env in [e for e, runs in by_env.items() if len(runs) < args.min_seeds]:
+        print(f"left out: {env} has {len(by_env.pop(env))} finished runs", file=sys.stderr)
     if not by_env:
         sys.exit(f"error: --sweep={args.sweep!r}: no finished run")
     os.makedirs(args.out, exist_ok=True)
-    raw, table, curves, base_level = [], [], {}, {}
+    raw, table, curves = [], [], {}
     for env, runs in by_env.items():
         runs.sort(key=lambda r: r["seed"])
         first = load_config(runs[0]["workdir"])
@@ -223,14 +243,15 @@ def main() -> None:
                 "cpu_hours": round(float(np.sum(cpu_s)) / 3600, 2),
             }
         )
-        curves[env] = [eval_curve(r["workdir"], args.split) for r in runs]
-        base_level[env] = float(b.mean())
+        # The in-run evaluations use the runs' own eval_tasks; step 0 is the start policy.
+        per_run = [run_curves(r["workdir"], args.split, float(b.mean())) for r in runs]
+        curves[env] = ([h for h, _ in per_run], [t for _, t in per_run], float(b.mean()))
         print(json.dumps(table[-1]), flush=True)
     _write_csv(os.path.join(args.out, "per_task.csv"), raw)
     _write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(writers.format_table(table, list(COLUMNS + EXTRA)) + "\n")
-    plot(curves, base_level, os.path.join(args.out, "curves.png"), args.split)
+    plot(curves, os.path.join(args.out, "curves.png"), args.split)
     improved = sum(r["delta_ci_low"] > 0 for r in table)
     print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
     cpu = sum(r["cpu_hours"] for r in table)
