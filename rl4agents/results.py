@@ -89,6 +89,16 @@ def short_labels(variants: Sequence[Sequence[str]]) -> list[str]:
     return [", ".join(p for p in v if p not in common) or "base" for v in variants]
 
 
+def _values_by_x(series: Sequence[Sequence[tuple[float, float]]]) -> dict[float, list[float]]:
+    """{x: the finite y values the runs logged at x} (None and non-finite values left out)."""
+    by_x: dict[float, list[float]] = {}
+    for points in series:
+        for x, y in points:
+            if y is not None and math.isfinite(y):
+                by_x.setdefault(x, []).append(y)
+    return by_x
+
+
 def curve_stats(
     series: Sequence[Sequence[tuple[float, float]]],
 ) -> tuple[list[float], list[float], list[float], list[float], list[int]]:
@@ -100,11 +110,7 @@ def curve_stats(
     Returns:
       xs, mean, min, max, and the number of runs at each x.
     """
-    by_x: dict[float, list[float]] = {}
-    for points in series:
-        for x, y in points:
-            if y is not None and math.isfinite(y):
-                by_x.setdefault(x, []).append(y)
+    by_x = _values_by_x(series)
     xs = sorted(by_x)
     ys = [by_x[x] for x in xs]
     return (
@@ -287,11 +293,7 @@ def curve_bands(
     Returns:
       xs, mean, low, high, and the number of runs at each x.
     """
-    by_x: dict[float, list[float]] = {}
-    for points in series:
-        for x, y in points:
-            if y is not None and math.isfinite(y):
-                by_x.setdefault(x, []).append(y)
+    by_x = _values_by_x(series)
     xs = sorted(by_x)
     stats = [t_interval(by_x[x], level) for x in xs]
     return (
