@@ -22,7 +22,8 @@ Writes to --out:
   curves.png     per environment: held-out greedy success at the runs' evaluations (mean over
                  seeds, min-max band; step 0 is the start policy on --num_tasks tasks) and the
                  training batches' success, from each run's metrics.jsonl.
-A run that has not finished is left out and named on stderr.
+A run that has not finished is left out and named on stderr. Environments evaluated before
+(rows already in --out) are kept unless evaluated again (--no-keep: only this evaluation's).
 """
 
 from __future__ import annotations
@@ -153,6 +154,13 @@ def main() -> None:
     ap.add_argument(
         "--min_seeds", type=int, default=1, help="Leave out environments with fewer finished runs."
     )
+    ap.add_argument(
+        "--keep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Keep the rows of environments not evaluated now from --out's table.csv and "
+        "per_task.csv (--no-keep: write only this evaluation's).",
+    )
     args = ap.parse_args()
     if args.num_tasks < 1:
         sys.exit(f"error: --num_tasks={args.num_tasks}; allowed: >= 1")
@@ -198,7 +206,7 @@ def main() -> None:
         base_out = outcomes(exp, base_params, args.split, args.num_tasks)
         for i in range(args.num_tasks):
             raw.append(_row(env, "base", "", i, base_out))
-        rl_succ, rl_sampled, minutes, steps, cpu_s = [], [], [], [], []
+        rl_outs, minutes, steps, cpu_s = [], [], [], []
         for r in runs:
             config = load_config(r["workdir"])
             if config.init.params != first.init.params or config.train.eval_seed != (
@@ -212,50 +220,119 @@ def main() -> None:
             out = outcomes(exp, params, args.split, args.num_tasks)
             for i in range(args.num_tasks):
                 raw.append(_row(env, "rl", r["seed"], i, out))
-            rl_succ.append(out["greedy_success"])
-            rl_sampled.append(out["sampled_success"].mean())
+            rl_outs.append(out)
             summary = results.read_summary(r["workdir"]) or {}
             minutes.append(summary.get("wall_s", float("nan")) / 60)
             cpu_s.append(summary.get("process_cpu_s", float("nan")))
             steps.append(step)
         exp.close()
-        a = np.stack(rl_succ)  # f[S, N]
-        b = base_out["greedy_success"]  # f[N]
-        mean, lo, hi = results.paired_bootstrap_ci(a, b, samples=args.samples, seed=0)
-        per_seed = a.mean(axis=1) - b.mean()
-        table.append(
-            {
-                "env": env,
-                "base_test": round(float(b.mean()), 4),
-                "rl_test": round(float(a.mean()), 4),
-                "delta": round(float(mean), 4),
-                "delta_ci_low": round(float(lo), 4),
-                "delta_ci_high": round(float(hi), 4),
-                "seeds": len(runs),
-                "eval_tasks": args.num_tasks,
-                "minutes": round(float(np.max(minutes)), 1),
-                "rl_test_per_seed": " ".join(f"{v:.3f}" for v in a.mean(axis=1)),
-                "base_sampled": round(float(base_out["sampled_success"].mean()), 4),
-                "rl_sampled": round(float(np.mean(rl_sampled)), 4),
-                "variant": ",".join(runs[0]["variant"]) or "base",
-                "steps": " ".join(str(s) for s in steps),
-                "p_sign_flip": round(results.sign_flip_p(per_seed), 4),
-                "cpu_hours": round(float(np.sum(cpu_s)) / 3600, 2),
-            }
-        )
+        info = {"minutes": minutes, "steps": steps, "cpu_s": cpu_s, "variant": runs[0]["variant"]}
+        row = env_row(env, base_out, rl_outs, [r["seed"] for r in runs], info, args.samples)
+        table.append(row)
+        b = base_out["greedy_success"]
         # The in-run evaluations use the runs' own eval_tasks; step 0 is the start policy.
         per_run = [run_curves(r["workdir"], args.split, float(b.mean())) for r in runs]
         curves[env] = ([h for h, _ in per_run], [t for _, t in per_run], float(b.mean()))
         print(json.dumps(table[-1]), flush=True)
+    if args.keep:
+        kept = merge_rows(read_csv(os.path.join(args.out, "table.csv")), table)
+        for row in kept[: len(kept) - len(table)]:
+            print(f"kept from {args.out}: {row['env']}", file=sys.stderr)
+            runs = env_workdirs(args.sweep, row["env"])
+            base_level = float(row["base_test"])
+            per_run = [run_curves(w, args.split, base_level) for w in runs]
+            curves[row["env"]] = ([h for h, _ in per_run], [t for _, t in per_run], base_level)
+        raw = merge_rows(read_csv(os.path.join(args.out, "per_task.csv")), raw)
+        table = kept
+        curves = {r["env"]: curves[r["env"]] for r in table if curves.get(r["env"], [[]])[0]}
     _write_csv(os.path.join(args.out, "per_task.csv"), raw)
     _write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(writers.format_table(table, list(COLUMNS + EXTRA)) + "\n")
     plot(curves, os.path.join(args.out, "curves.png"), args.split)
-    improved = sum(r["delta_ci_low"] > 0 for r in table)
+    improved = sum(float(r["delta_ci_low"]) > 0 for r in table)
     print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
-    cpu = sum(r["cpu_hours"] for r in table)
+    cpu = sum(float(r["cpu_hours"]) for r in table)
     print(f"training: {cpu:.2f} CPU-hours (process CPU time of every run; NaN: a run without it)")
+
+
+def env_row(
+    env: str,
+    base_out: dict[str, np.ndarray],
+    rl_outs: list[dict[str, np.ndarray]],
+    seeds: list,
+    info: dict,
+    samples: int,
+) -> dict:
+    """One row of table.csv from per-task outcomes.
+
+    Args:
+      env: the environment's name.
+      base_out: the start policy's outcomes, "greedy_success" and "sampled_success" f[N].
+      rl_outs: per seed (len S), the final policy's outcomes, the same keys, f[N] each, on the
+        same N tasks as `base_out`.
+      seeds: the S seeds, in the order of `rl_outs`.
+      info: "minutes", "steps", "cpu_s" (per seed) and "variant" (a list of names) of the runs.
+      samples: bootstrap replicates of the paired interval.
+
+    Returns:
+      The row: COLUMNS then EXTRA. `delta` is the mean over seeds and tasks of the greedy
+      success change; its interval is `results.paired_bootstrap_ci` (seeds and tasks resampled).
+    """
+    a = np.stack([o["greedy_success"] for o in rl_outs]).astype(np.float64)  # f[S, N]
+    b = np.asarray(base_out["greedy_success"], np.float64)  # f[N]
+    if a.shape[1:] != b.shape:
+        raise ValueError(
+            f"{env}: the runs were evaluated on {a.shape[1:]} tasks, the base on {b.shape}"
+        )
+    mean, lo, hi = results.paired_bootstrap_ci(a, b, samples=samples, seed=0)
+    per_seed = a.mean(axis=1) - b.mean()
+    p = results.sign_flip_p(per_seed)
+    return {
+        "env": env,
+        "base_test": round(float(b.mean()), 4),
+        "rl_test": round(float(a.mean()), 4),
+        "delta": round(float(mean), 4),
+        "delta_ci_low": round(float(lo), 4),
+        "delta_ci_high": round(float(hi), 4),
+        "seeds": len(seeds),
+        "eval_tasks": int(b.shape[0]),
+        "minutes": round(float(np.max(info["minutes"])), 1),
+        "rl_test_per_seed": " ".join(f"{v:.3f}" for v in a.mean(axis=1)),
+        "base_sampled": round(float(np.mean(base_out["sampled_success"])), 4),
+        "rl_sampled": round(float(np.mean([np.mean(o["sampled_success"]) for o in rl_outs])), 4),
+        "variant": ",".join(info["variant"]) or "base",
+        "steps": " ".join(str(s) for s in info["steps"]),
+        "p_sign_flip": None if p is None else round(p, 4),
+        "cpu_hours": round(float(np.sum(info["cpu_s"])) / 3600, 2),
+    }
+
+
+def merge_rows(old: list[dict], new: list[dict], key: str = "env") -> list[dict]:
+    """The rows of `old` whose `key` no row of `new` has, then `new`: a re-evaluated environment
+    replaces its old rows, the others are kept."""
+    fresh = {r[key] for r in new}
+    return [r for r in old if r[key] not in fresh] + list(new)
+
+
+def env_workdirs(sweep_dir: str, env: str) -> list[str]:
+    """The finished runs under `sweep_dir` whose config's environment is `env` (a study run
+    in several batches: the plan names only the latest batch's runs)."""
+    out = []
+    for name in sorted(os.listdir(sweep_dir)):
+        workdir = os.path.join(sweep_dir, name)
+        if os.path.isdir(workdir) and results.is_complete(workdir):
+            if load_config(workdir).env.name == env:
+                out.append(workdir)
+    return out
+
+
+def read_csv(path: str) -> list[dict]:
+    """The rows of a CSV written by this script ([] when there is none)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def _row(env: str, policy: str, seed, task: int, out: dict) -> dict:

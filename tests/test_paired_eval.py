@@ -1,0 +1,105 @@
+"""scripts/paired_eval.py's table: one row from per-task outcomes (hand-derived numbers), and
+rows of environments evaluated earlier kept when others are evaluated again."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def paired_eval():
+    spec = importlib.util.spec_from_file_location(
+        "paired_eval_script", ROOT / "scripts/paired_eval.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(ROOT / "scripts"))  # as when run: its helper `_cores` beside it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+def _outcomes(greedy, sampled):
+    return {
+        "greedy_success": np.asarray(greedy, np.float32),
+        "sampled_success": np.asarray(sampled, np.float32),
+    }
+
+
+INFO = {"minutes": [15.5, 16.04, 14.0], "steps": [40, 38, 35], "cpu_s": [900.0, 1800.0, 900.0]}
+
+
+def test_env_row__means_interval_and_extras_by_hand(paired_eval):
+    # 4 tasks. Base solves task 0 only: 0.25. Seed 0 solves 0, 1: 0.5 (+0.25); seed 1 solves
+    # 0, 1, 2: 0.75 (+0.5); seed 2 solves 1: 0.25 (+0). Mean over seeds and tasks: 0.5, so
+    # delta = 0.25. Sign-flip test of the per-seed changes (0.25, 0.5, 0): the third's sign
+    # changes nothing, and |mean| >= 0.25 needs the first two of one sign: (+, +, *) and
+    # (-, -, *), 4 of the 8 patterns, p = 0.5.
+    base = _outcomes([1, 0, 0, 0], [1, 1, 0, 0])
+    rl = [
+        _outcomes([1, 1, 0, 0], [1, 1, 1, 0]),
+        _outcomes([1, 1, 1, 0], [1, 1, 1, 1]),
+        _outcomes([0, 1, 0, 0], [0, 1, 0, 0]),
+    ]
+    row = paired_eval.env_row("maze", base, rl, [0, 1, 2], {**INFO, "variant": ["maze"]}, 2000)
+    assert list(row) == list(paired_eval.COLUMNS + paired_eval.EXTRA)
+    assert row["base_test"] == 0.25
+    assert row["rl_test"] == 0.5
+    assert row["delta"] == 0.25
+    assert row["delta_ci_low"] <= 0.25 <= row["delta_ci_high"]
+    assert row["seeds"] == 3 and row["eval_tasks"] == 4
+    assert row["minutes"] == 16.0  # the longest run, rounded to 0.1
+    assert row["rl_test_per_seed"] == "0.500 0.750 0.250"
+    assert row["base_sampled"] == 0.5
+    assert row["rl_sampled"] == pytest.approx((0.75 + 1.0 + 0.25) / 3, abs=1e-4)
+    assert row["steps"] == "40 38 35"
+    assert row["p_sign_flip"] == 0.5
+    assert row["cpu_hours"] == 1.0  # 3,600 CPU-seconds summed over seeds
+    assert row["variant"] == "maze"
+
+
+def test_env_row__a_change_on_every_task_and_seed_has_a_degenerate_interval(paired_eval):
+    # Every seed solves every task the base fails and the base solves none: every replicate's
+    # mean difference is 1, so the interval is [1, 1].
+    base = _outcomes(np.zeros(6), np.zeros(6))
+    rl = [_outcomes(np.ones(6), np.ones(6)) for _ in range(3)]
+    row = paired_eval.env_row("sokoban", base, rl, [0, 1, 2], {**INFO, "variant": []}, 500)
+    assert (row["delta"], row["delta_ci_low"], row["delta_ci_high"]) == (1.0, 1.0, 1.0)
+    assert row["variant"] == "base"
+
+
+def test_env_row__refuses_runs_evaluated_on_other_tasks(paired_eval):
+    base = _outcomes(np.zeros(4), np.zeros(4))
+    rl = [_outcomes(np.ones(5), np.ones(5))]
+    with pytest.raises(ValueError, match="maze: the runs were evaluated on"):
+        paired_eval.env_row("maze", base, rl, [0], {**INFO, "variant": []}, 10)
+
+
+def test_merge_rows__a_new_evaluation_replaces_its_environment_and_keeps_the_others(paired_eval):
+    old = [{"env": "frozen_lake", "delta": "0.1"}, {"env": "maze", "delta": "0.0"}]
+    new = [{"env": "maze", "delta": 0.2}, {"env": "sokoban", "delta": 0.05}]
+    assert paired_eval.merge_rows(old, new) == [
+        {"env": "frozen_lake", "delta": "0.1"},
+        {"env": "maze", "delta": 0.2},
+        {"env": "sokoban", "delta": 0.05},
+    ]
+
+
+def test_write_and_read_csv__round_trip(paired_eval, tmp_path):
+    rows = [{"env": "maze", "delta": 0.25}, {"env": "sokoban", "delta": -0.5}]
+    path = str(tmp_path / "table.csv")
+    paired_eval._write_csv(path, rows)
+    assert paired_eval.read_csv(path) == [
+        {"env": "maze", "delta": "0.25"},
+        {"env": "sokoban", "delta": "-0.5"},
+    ]
+    assert paired_eval.read_csv(str(tmp_path / "none.csv")) == []
