@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 from typing import Any
 
@@ -288,27 +289,58 @@ def save_params(directory: str, params: Any, step: int, config_json: str, compat
     ckpt.close()
 
 
-def load_params(directory: str, abstract_params: Any, config_json: str, compat_keys) -> Any:
+# The parameters of a value head (policy.Policy): a policy saved without one can start a run
+# that has one, the head coming from the run's own initialisation (`load_params`'s `fresh`).
+VALUE_HEAD_KEYS = ("critic", "value_proj")
+CRITIC_INITS = ("fresh", "policy")
+
+
+def load_params(
+    directory: str,
+    abstract_params: Any,
+    config_json: str,
+    compat_keys,
+    *,
+    fresh: Any = None,
+    critic_init: str = "fresh",
+) -> Any:
     """Restore the newest parameters saved by `save_params` onto `abstract_params`.
+
+    A policy saved without a value head (its `model.value_head` "none") can start a run with
+    one (`shared` or `separate`) when `fresh` is given: the policy's parameters are restored
+    and the value head's are `fresh`'s (the run's own initialisation), or, with
+    `critic_init="policy"` and a separate critic, the critic's decoder is a copy of the
+    restored policy decoder (a critic initialised from the pretrained model, as in RLHF) and
+    only its value projection is `fresh`'s.
 
     Args:
       directory: an SFT workdir (holding `params/`) or its `params/` folder itself.
       abstract_params: target shapes, dtypes and shardings (e.g. the RL state's params).
       config_json: the RL run's config; fields in `compat_keys` must match the stored one.
       compat_keys: dotted config fields that must agree (environment and model).
+      fresh: the run's initial parameters (an nnx.State like `abstract_params`), or None.
+      critic_init: "fresh" | "policy" (see above).
 
     Raises:
       FileNotFoundError: no saved parameters there.
       ValueError: an incompatible config or parameter tree (names the fields or tensors).
     """
+    if critic_init not in CRITIC_INITS:
+        raise ValueError(f"init.critic={critic_init!r}; allowed: {list(CRITIC_INITS)}")
     path = directory
     if os.path.isdir(os.path.join(directory, PARAMS_DIR)):
         path = os.path.join(directory, PARAMS_DIR)
-    if not os.path.isfile(os.path.join(path, checkpoint_lib.CONFIG_NAME)):
+    config_path = os.path.join(path, checkpoint_lib.CONFIG_NAME)
+    if not os.path.isfile(config_path):
         raise FileNotFoundError(
             f"init.params={directory!r} holds no saved parameters (expected a directory "
             f"written by scripts/sft.py, with {PARAMS_DIR}/{checkpoint_lib.CONFIG_NAME})"
         )
+    head = [k for k in VALUE_HEAD_KEYS if k in abstract_params]
+    add_head = fresh is not None and head and _stored_value_head(config_path) == "none"
+    if add_head:
+        compat_keys = tuple(k for k in compat_keys if k != "model.value_head")
+        abstract_params = nnx.State({k: v for k, v in abstract_params.items() if k not in head})
     ckpt = checkpoint_lib.Checkpointer(
         path,
         config_json=config_json,
@@ -319,9 +351,24 @@ def load_params(directory: str, abstract_params: Any, config_json: str, compat_k
         ),
     )
     try:
-        return ckpt.restore(None, abstract_params)
+        restored = ckpt.restore(None, abstract_params)
     finally:
         ckpt.close()
+    if not add_head:
+        return restored
+    out = dict(restored.items())
+    for k in head:
+        out[k] = fresh[k]
+    if critic_init == "policy" and "critic" in head:
+        out["critic"] = jax.tree.map(jnp.copy, restored["model"])
+    return nnx.State({k: out[k] for k in fresh.keys()})
+
+
+def _stored_value_head(config_path: str) -> str:
+    """`model.value_head` of the config saved beside the parameters ("none" if unset)."""
+    with open(config_path) as f:
+        stored = json.load(f)
+    return (stored.get("model") or {}).get("value_head", "none")
 
 
 def make_optimizer(cfg: SFTConfig) -> optax.GradientTransformation:
