@@ -18,7 +18,9 @@ it at start-up, values included (`sweep.check_config`): a run train.py would ref
 study file that does not load, stops the sweep with one `error:` line and exit status 2.
 
 With N workers each run gets `--xla_force_host_platform_device_count=max(1, cores // N)` in
-its XLA_FLAGS (replacing any given value), so the workers share the host's cores.
+its XLA_FLAGS (replacing any given value), so the workers share the host's cores; `--devices`
+sets that count instead (say one device per run for runs comparable with an earlier batch
+that ran two at a time, while the sweep is confined to fewer cores with `taskset`).
 
 Exit status: 0 every selected run is complete, 1 some run failed, 2 a bad study or arguments,
 130 interrupted.
@@ -78,11 +80,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--grace_s", type=float, default=60.0, help="on Ctrl-C, wait this long for checkpoints"
     )
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=0,
+        help="XLA CPU devices per run (0: the host's cores divided among the workers)",
+    )
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers={args.workers}; allowed: >= 1")
     if args.grace_s < 0:
         p.error(f"--grace_s={args.grace_s}; allowed: >= 0")
+    if args.devices < 0:
+        p.error(f"--devices={args.devices}; allowed: >= 0 (0 = cores // workers)")
     if not os.path.isfile(args.train_script):
         p.error(f"--train_script={args.train_script!r} does not exist; allowed: a file")
     if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -322,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     cores = os.cpu_count() or 1
-    devices = max(1, cores // args.workers)
+    devices = args.devices or max(1, cores // args.workers)
     status = {j.run.name: results.run_status(j.workdir)[0] for j in jobs}
     print(f"Study {study.name} ({study.path}): {len(jobs)} runs -> {out}")
     print_plan(jobs, selected, status, args.dry_run)

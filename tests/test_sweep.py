@@ -339,6 +339,17 @@ def _calls(out: pathlib.Path, run_dir: str) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+def test_runner__devices_sets_each_runs_device_count(fake, monkeypatch, capsys):
+    runner = _script("sweep")
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "{}")
+    assert runner.main(fake["args"][:2] + ["--workers=1", "--devices=3", fake["args"][3]]) == 0
+    flags = (fake["out"] / "base__optim.lr=0.1__seed=0" / "calls.txt").read_text().split()
+    assert [f for f in flags if "device_count" in f] == ["--xla_force_host_platform_device_count=3"]
+    with pytest.raises(SystemExit):
+        runner.main(fake["args"] + ["--devices=-1"])
+    assert "--devices=-1; allowed: >= 0" in capsys.readouterr().err
+
+
 def test_runner__skips_complete_resumes_killed_reports_failed(fake, monkeypatch, capsys):
     runner = _script("sweep")
     out = fake["out"]
