@@ -232,31 +232,62 @@ def rollout(
     return rollout_rows(key, graphdef, params, env, env_params, cfg, task_keys, shard_fn, greedy)[0]
 
 
-def rollout_rows(
-    key: jax.Array,
+class Carry(NamedTuple):
+    """What the turn loop carries from one turn to the next (one row per episode).
+
+    A value of this type is a moment of B episodes: forking an episode is copying its rows
+    (`rl4agents.rollout.branch`). `ctx` is None under context="window" (each turn rebuilds its
+    context from `hist_tok`) and a KV cache of the history so far under "full".
+    """
+
+    ctx: _Ctx | None
+    hist_tok: jax.Array  # int32[B, W, A+O] the last W turn blocks (W = window_turns or 0)
+    hist_valid: jax.Array  # bool[B, W, A+O]
+    env_state: Any
+    done: jax.Array  # bool[B]
+    success: jax.Array  # bool[B]
+    anchor: jax.Array  # uint32[B] anchor of the current state
+    used: jax.Array  # int32[B] action tokens sampled so far
+
+
+class Episodes(NamedTuple):
+    """Per-episode constants of a turn loop: the prompt, the group ids and the loop's keys."""
+
+    prompt_tokens: jax.Array  # int32[B, P]
+    prompt_valid: jax.Array  # bool[B, P]
+    group_ids: jax.Array  # int32[B]
+    key_sample: jax.Array  # key for the policy's samples (folded with the turn index)
+    key_env: jax.Array  # key for the environment's steps (folded with the turn index)
+
+
+class TurnLoop(NamedTuple):
+    """The pieces of `rollout_rows`, for callers that run the turn loop themselves.
+
+    `start(key, task_keys)` -> (Episodes, Carry) at turn 0; `step(episodes, carry, k)` ->
+    (Carry, (_TurnOut, StepRows | None)) runs turn k (traced k) for every row of `carry`, any
+    batch size; `assemble(episodes, turns, rows, carry)` -> (Trajectory, StepRows | None) from
+    the per-turn outputs stacked on a leading K axis; `groups` are the (first turn, end turn,
+    cache length) of the turn groups and `grow(carry, length)` pads the cache to `length`.
+    """
+
+    lay: Layout
+    start: Any
+    step: Any
+    assemble: Any
+    groups: list
+    grow: Any
+
+
+def turn_loop(
     graphdef: nnx.GraphDef,
     params: Any,
     env,
     env_params: Any,
     cfg: RolloutConfig,
-    task_keys: jax.Array | None = None,
     shard_fn=None,
     greedy: jax.Array | None = None,
-) -> tuple[Trajectory, StepRows | None]:
-    """`rollout`, also returning the step rows the policy saw under context="window".
-
-    context="full": one KV cache holds the whole history; each turn samples after it and the
-    observation is prefilled into it. The G samples of a task share its reset, so the prompt is
-    prefilled once per task and the cache copied to its G rows. context="window" (step rows:
-    docs/methods.md, "The slot layout and step rows"): each turn's context is rebuilt from the
-    prompt, the last `window_turns` turn blocks and nothing else, and prefilled into a fresh
-    cache of L slots (`window_row_length`); the turn's actions are sampled after it.
-    `max_episode_tokens` caps the action tokens of an episode in both modes: a turn stops
-    sampling at the budget and an episode with no budget left ends, truncated.
-
-    Returns:
-      (Trajectory, StepRows) under context="window"; (Trajectory, None) under "full".
-    """
+) -> TurnLoop:
+    """Build the turn loop of `rollout_rows` (arguments as there); see `TurnLoop`."""
     if cfg.context not in ("full", "window"):
         raise ValueError(f"rollout.context={cfg.context!r}; allowed: ['full', 'window']")
     window = cfg.context == "window"
@@ -266,42 +297,29 @@ def rollout_rows(
         raise ValueError(f"rollout.turn_groups={cfg.turn_groups}; allowed: >= 1")
     model = nnx.merge(graphdef, params)
     lay = make_layout(env, cfg)
-    b, g = cfg.batch_size, cfg.group_size
+    g = cfg.group_size
     blk = lay.action + lay.obs
     pad, bos, eoa = env.tokenizer.pad_id, env.tokenizer.bos_id, env.tokenizer.eoa_id
-    _, key_sample, key_env = jax.random.split(key, 3)
-    if task_keys is None:
-        task_keys = default_task_keys(key, cfg.num_tasks)
-    group_ids = jnp.arange(b, dtype=jnp.int32) // g
     shard = shard_fn or (lambda tree: tree)
-    env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(task_keys[group_ids], env_params)
-    env_state, ts = shard((env_state, ts))
     budget = cfg.max_episode_tokens or lay.turns * lay.action
-
-    # Prompt: BOS + the reset observation.
-    prompt_tokens = jnp.concatenate([jnp.full((b, 1), bos, jnp.int32), ts.obs_tokens], axis=1)
-    prompt_valid = jnp.concatenate(
-        [jnp.ones((b, 1), bool), jnp.arange(lay.prompt - 1)[None, :] < ts.obs_len[:, None]],
-        axis=1,
-    )
-    prompt_tokens = jnp.where(prompt_valid, prompt_tokens, pad)
     row_len = window_row_length(env, cfg) if window else lay.length
     ctx_len = row_len - lay.action  # window: slots before the action slots of a row
     groups = [(0, lay.turns, row_len)] if window else turn_group_bounds(lay, cfg.turn_groups)
 
-    def fresh_ctx(length=row_len, rows=b):
+    def fresh_ctx(rows, length=row_len, sharded=True):
         ctx = _Ctx(
             cache=policy_lib.init_cache(model.cfg, rows, length),
             key_valid=jnp.zeros((rows, length), bool),
             count=jnp.zeros((rows,), jnp.int32),
             logits=jnp.zeros((rows, model.cfg.vocab_size), jnp.float32),
         )
-        return shard(ctx) if rows == b else ctx
+        return shard(ctx) if sharded else ctx
 
-    def grow(ctx: _Ctx, length: int) -> _Ctx:  # pad the cache's slot axis to `length`
+    def grow(carry: Carry, length: int) -> Carry:  # pad the cache's slot axis to `length`
+        ctx = carry.ctx
         extra = length - ctx.key_valid.shape[1]
         if extra == 0:
-            return ctx
+            return carry
         cache = tuple(
             policy_lib.LayerCache(
                 jnp.pad(c.k, ((0, 0), (0, 0), (0, 0), (0, extra))),
@@ -310,14 +328,42 @@ def rollout_rows(
             for c in ctx.cache
         )
         key_valid = jnp.pad(ctx.key_valid, ((0, 0), (0, extra)))
-        return shard(ctx._replace(cache=cache, key_valid=key_valid))
+        return carry._replace(ctx=shard(ctx._replace(cache=cache, key_valid=key_valid)))
 
-    ctx = None
-    if not window:  # the G samples of a task share its prompt: prefill it once per task
-        first = jnp.arange(cfg.num_tasks) * g
-        ctx = fresh_ctx(groups[0][2], rows=cfg.num_tasks)
-        ctx = _write(model, ctx, prompt_tokens[first], prompt_valid[first], 0)
-        ctx = shard(jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), ctx))
+    def start(key, task_keys=None) -> tuple[Episodes, Carry]:
+        b = cfg.batch_size
+        _, key_sample, key_env = jax.random.split(key, 3)
+        if task_keys is None:
+            task_keys = default_task_keys(key, cfg.num_tasks)
+        group_ids = jnp.arange(b, dtype=jnp.int32) // g
+        env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(task_keys[group_ids], env_params)
+        env_state, ts = shard((env_state, ts))
+        # Prompt: BOS + the reset observation.
+        prompt_tokens = jnp.concatenate([jnp.full((b, 1), bos, jnp.int32), ts.obs_tokens], axis=1)
+        prompt_valid = jnp.concatenate(
+            [jnp.ones((b, 1), bool), jnp.arange(lay.prompt - 1)[None, :] < ts.obs_len[:, None]],
+            axis=1,
+        )
+        prompt_tokens = jnp.where(prompt_valid, prompt_tokens, pad)
+        ctx = None
+        if not window:  # the G samples of a task share its prompt: prefill it once per task
+            first = jnp.arange(cfg.num_tasks) * g
+            ctx = fresh_ctx(cfg.num_tasks, groups[0][2], sharded=g == 1)
+            ctx = _write(model, ctx, prompt_tokens[first], prompt_valid[first], 0)
+            ctx = shard(jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), ctx))
+        hist_shape = (b, cfg.window_turns if window else 0, blk)
+        carry = Carry(
+            ctx=ctx,
+            hist_tok=jnp.full(hist_shape, pad, jnp.int32),
+            hist_valid=jnp.zeros(hist_shape, bool),
+            env_state=env_state,
+            done=jnp.zeros((b,), bool),
+            success=jnp.zeros((b,), bool),
+            anchor=ts.anchor,
+            used=jnp.zeros((b,), jnp.int32),
+        )
+        return Episodes(prompt_tokens, prompt_valid, group_ids, key_sample, key_env), carry
+
     sample_fn = functools.partial(
         sampling.sample,
         temperature=cfg.temperature,
@@ -339,13 +385,15 @@ def rollout_rows(
         out = (token, active, jnp.where(active, logp, 0.0), jnp.where(active, entropy, 0.0))
         return (ctx, stopped), out
 
-    def _turn_step(carry, k):
+    def step(eps: Episodes, carry: Carry, k):
         ctx, hist_tok, hist_valid, env_state, done, success, anchor, used = carry
+        prompt_tokens, prompt_valid = eps.prompt_tokens, eps.prompt_valid
+        b = prompt_tokens.shape[0]
         alive = ~done & (used < budget)
         if window:  # rebuild the context: prompt + the last window_turns blocks
             row_tok = jnp.concatenate([prompt_tokens, hist_tok.reshape(b, -1)], axis=1)
             row_valid = jnp.concatenate([prompt_valid, hist_valid.reshape(b, -1)], axis=1)
-            ctx = _write(model, fresh_ctx(), row_tok, row_valid, 0, shard_fn)
+            ctx = _write(model, fresh_ctx(b), row_tok, row_valid, 0, shard_fn)
             start = ctx_len
         else:
             start = lay.prompt + k * blk
@@ -353,7 +401,7 @@ def rollout_rows(
             _token_step,
             alive=alive,
             start=start,
-            key_turn=jax.random.fold_in(key_sample, k),
+            key_turn=jax.random.fold_in(eps.key_sample, k),
             left=budget - used,
         )
         (ctx, _), (act_tok, act_on, act_logp, act_ent) = jax.lax.scan(
@@ -362,7 +410,7 @@ def rollout_rows(
         act_tok, act_on, act_logp, act_ent = act_tok.T, act_on.T, act_logp.T, act_ent.T  # [B, A]
         content = act_on & (act_tok != eoa)
         action_len = content.sum(axis=1).astype(jnp.int32)
-        env_keys = jax.random.split(jax.random.fold_in(key_env, k), b)
+        env_keys = jax.random.split(jax.random.fold_in(eps.key_env, k), b)
         env_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, 0, None))(
             env_keys, env_state, jnp.where(content, act_tok, pad), action_len, env_params
         )
@@ -407,65 +455,90 @@ def rollout_rows(
         success = success | (alive & ts.success)
         anchor = jnp.where(alive, ts.anchor, anchor)
         done = done | (alive & ts.done)
-        carry = (ctx, hist_tok, hist_valid, env_state, done, success, anchor, used + n_act)
+        carry = Carry(ctx, hist_tok, hist_valid, env_state, done, success, anchor, used + n_act)
         return carry, (out, rows)
 
-    hist_shape = (b, cfg.window_turns if window else 0, blk)
-    init = (
-        ctx,
-        jnp.full(hist_shape, pad, jnp.int32),
-        jnp.zeros(hist_shape, bool),
-        env_state,
-        jnp.zeros((b,), bool),
-        jnp.zeros((b,), bool),
-        ts.anchor,
-        jnp.zeros((b,), jnp.int32),
-    )
-    carry, parts = init, []
-    for k0, k1, length in groups:
-        if not window:
-            carry = (grow(carry[0], length), *carry[1:])
-        carry, part = jax.lax.scan(_turn_step, carry, jnp.arange(k0, k1))
+    def assemble(eps: Episodes, turns: _TurnOut, rows, final: Carry):
+        prompt_tokens, prompt_valid = eps.prompt_tokens, eps.prompt_valid
+        b = prompt_tokens.shape[0]
+
+        def _flat(x):  # [K, B, A+O] -> [B, K*(A+O)]
+            return jnp.swapaxes(x, 0, 1).reshape(b, -1)
+
+        turn_idx = jnp.repeat(jnp.arange(lay.turns, dtype=jnp.int32), blk)
+        valid = jnp.concatenate([prompt_valid, _flat(turns.valid)], axis=1)
+        tokens = jnp.concatenate([prompt_tokens, _flat(turns.tokens)], axis=1)
+        turn_ids = jnp.concatenate(
+            [
+                jnp.full((b, lay.prompt), -1, jnp.int32),
+                jnp.where(_flat(turns.valid), turn_idx, -1),
+            ],
+            axis=1,
+        )
+        rewards = turns.reward.T
+        zeros_prompt = jnp.zeros(prompt_valid.shape, jnp.float32)
+        traj = Trajectory(
+            tokens=tokens,
+            valid_mask=valid,
+            action_mask=jnp.concatenate([jnp.zeros_like(prompt_valid), _flat(turns.action)], 1),
+            obs_mask=jnp.concatenate([prompt_valid, _flat(turns.obs)], axis=1),
+            turn_ids=turn_ids,
+            turn_end=turns.turn_end.T,
+            logp_behavior=jnp.concatenate([zeros_prompt, _flat(turns.logp)], axis=1),
+            turn_rewards=rewards,
+            turn_valid=turns.turn_valid.T,
+            turn_action_valid=turns.action_valid.T,
+            anchors=turns.anchor.T,
+            outcome_reward=rewards.sum(axis=1),
+            success=final.success,
+            done=final.done,
+            truncated=~final.done,
+            group_ids=eps.group_ids,
+            num_turns=turns.turn_valid.sum(axis=0).astype(jnp.int32),
+            entropy_behavior=jnp.concatenate([zeros_prompt, _flat(turns.entropy)], axis=1),
+        )
+        if rows is not None:
+            rows = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)  # [B, K, L]
+        return traj, rows
+
+    return TurnLoop(lay, start, step, assemble, groups, grow)
+
+
+def rollout_rows(
+    key: jax.Array,
+    graphdef: nnx.GraphDef,
+    params: Any,
+    env,
+    env_params: Any,
+    cfg: RolloutConfig,
+    task_keys: jax.Array | None = None,
+    shard_fn=None,
+    greedy: jax.Array | None = None,
+) -> tuple[Trajectory, StepRows | None]:
+    """`rollout`, also returning the step rows the policy saw under context="window".
+
+    context="full": one KV cache holds the whole history; each turn samples after it and the
+    observation is prefilled into it. The G samples of a task share its reset, so the prompt is
+    prefilled once per task and the cache copied to its G rows. context="window" (step rows:
+    docs/methods.md, "The slot layout and step rows"): each turn's context is rebuilt from the
+    prompt, the last `window_turns` turn blocks and nothing else, and prefilled into a fresh
+    cache of L slots (`window_row_length`); the turn's actions are sampled after it.
+    `max_episode_tokens` caps the action tokens of an episode in both modes: a turn stops
+    sampling at the budget and an episode with no budget left ends, truncated.
+
+    Returns:
+      (Trajectory, StepRows) under context="window"; (Trajectory, None) under "full".
+    """
+    loop = turn_loop(graphdef, params, env, env_params, cfg, shard_fn, greedy)
+    eps, carry = loop.start(key, task_keys)
+    parts = []
+    for k0, k1, length in loop.groups:
+        if carry.ctx is not None:
+            carry = loop.grow(carry, length)
+        carry, part = jax.lax.scan(lambda c, k: loop.step(eps, c, k), carry, jnp.arange(k0, k1))
         parts.append(part)
-    final = carry
     turns, rows = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
-    done, success = final[4], final[5]
-
-    def _flat(x):  # [K, B, A+O] -> [B, K*(A+O)]
-        return jnp.swapaxes(x, 0, 1).reshape(b, -1)
-
-    turn_idx = jnp.repeat(jnp.arange(lay.turns, dtype=jnp.int32), blk)
-    valid = jnp.concatenate([prompt_valid, _flat(turns.valid)], axis=1)
-    tokens = jnp.concatenate([prompt_tokens, _flat(turns.tokens)], axis=1)
-    turn_ids = jnp.concatenate(
-        [jnp.full((b, lay.prompt), -1, jnp.int32), jnp.where(_flat(turns.valid), turn_idx, -1)],
-        axis=1,
-    )
-    rewards = turns.reward.T
-    zeros_prompt = jnp.zeros(prompt_valid.shape, jnp.float32)
-    traj = Trajectory(
-        tokens=tokens,
-        valid_mask=valid,
-        action_mask=jnp.concatenate([jnp.zeros_like(prompt_valid), _flat(turns.action)], 1),
-        obs_mask=jnp.concatenate([prompt_valid, _flat(turns.obs)], axis=1),
-        turn_ids=turn_ids,
-        turn_end=turns.turn_end.T,
-        logp_behavior=jnp.concatenate([zeros_prompt, _flat(turns.logp)], axis=1),
-        turn_rewards=rewards,
-        turn_valid=turns.turn_valid.T,
-        turn_action_valid=turns.action_valid.T,
-        anchors=turns.anchor.T,
-        outcome_reward=rewards.sum(axis=1),
-        success=success,
-        done=done,
-        truncated=~done,
-        group_ids=group_ids,
-        num_turns=turns.turn_valid.sum(axis=0).astype(jnp.int32),
-        entropy_behavior=jnp.concatenate([zeros_prompt, _flat(turns.entropy)], axis=1),
-    )
-    if rows is not None:
-        rows = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)  # [B, K, L]
-    return traj, rows
+    return loop.assemble(eps, turns, rows, carry)
 
 
 class Scores(NamedTuple):
