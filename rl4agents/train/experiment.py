@@ -41,13 +41,14 @@ COMPAT_KEYS = (
     "loss.kl_coef",
     "loss.kl_ctrl",  # "adaptive" keeps beta in the training state
     "loss.epo_coef",  # > 0 keeps EPO's running entropy average in the training state
+    "train.staleness",  # k > 0 keeps k copies of the parameters (the sampler's) in the state
     "optim.grad_clip",
     "optim.weight_decay",
     "seed",  # a resumed run replays the randomness of the uninterrupted one
 )
 # Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
-# Runs saved before the adaptive controller, and before EPO.
-COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed", "loss.epo_coef": 0.0}
+# Runs saved before the adaptive controller, before EPO, and before staleness.
+COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed", "loss.epo_coef": 0.0, "train.staleness": 0}
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
 EVAL_KEYS = step_lib.EVAL_KEYS
@@ -274,6 +275,7 @@ def make_state(
         ref_params=ref,
         kl_coef=step_lib.initial_kl_coef(step_cfg.loss),
         entropy_avg=step_lib.initial_entropy_avg(step_cfg.loss),
+        stale_params=step_lib.initial_stale_params(params, step_cfg.staleness),
     )
 
 

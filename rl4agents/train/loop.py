@@ -432,9 +432,13 @@ def _init_wall(c) -> float:
 
 
 def _start_from(state, params):
-    """`state` starting from `params`; the KL reference, if any, is a copy of them."""
+    """`state` starting from `params`; the KL reference and the sampler's stale copies
+    (`train.staleness`), if any, are copies of them."""
     ref = None if state.ref_params is None else jax.tree.map(jnp.copy, params)
-    return state.replace(params=params, ref_params=ref)
+    stale = state.stale_params
+    if stale is not None:
+        stale = tuple(jax.tree.map(jnp.copy, params) for _ in stale)
+    return state.replace(params=params, ref_params=ref, stale_params=stale)
 
 
 def _sft_metrics(c) -> str | None:

@@ -21,6 +21,13 @@ class TrainState:
     # f32[2] EPO's running entropy average and the number of steps it has seen (loss.epo_coef
     # > 0, `step.initial_entropy_avg`), updated every step like kl_coef; None without EPO.
     entropy_avg: Any = None
+    # The sampler's parameters under `train.staleness` = k > 0: a tuple of k copies of
+    # `params`, oldest first; entry i holds the parameters before update `step - k + i`
+    # (the initial parameters while `step < k`). The step samples its episodes with entry 0
+    # and appends the parameters it updated from (`step.advance_stale`). Sharded like
+    # `params` and checkpointed with the rest: k more copies of the parameters in memory
+    # (k x 4 bytes per f32 parameter). None when k = 0.
+    stale_params: Any = None
 
 
 def make_optimizer(

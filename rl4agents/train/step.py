@@ -116,6 +116,11 @@ class StepConfig:
     # Log `mi/*`, the prompt-swap mutual-information proxy (`prompt_mi_gap`): one more
     # teacher-forced pass over 2B rows per step
     mi_proxy: bool = False
+    # Staleness k: the step samples its episodes with the parameters of k updates ago, kept in
+    # `TrainState.stale_params` (`sampler_params`, `advance_stale`); 0 = the current ones.
+    # The sampler's log-probs stay the behaviour policy of every ratio (PPO, TIS, the
+    # corrections of `losses.mismatch`), so asynchronous RL runs as one deterministic program.
+    staleness: int = 0
 
     @functools.cached_property
     def layout(self) -> rollout_lib.Layout:
@@ -132,6 +137,38 @@ def initial_entropy_avg(lc: LossConfig) -> jax.Array | None:
     """`TrainState.entropy_avg` of a fresh run: f32[2] zeros (no step seen) under EPO
     (`lc.epo_coef > 0`), else None."""
     return jnp.zeros((2,), jnp.float32) if lc.epo_coef > 0 else None
+
+
+def initial_stale_params(params, staleness: int) -> tuple | None:
+    """`TrainState.stale_params` of a fresh run: `staleness` separate copies of `params` (the
+    step donates its state, and a buffer cannot be donated twice), or None for 0."""
+    if staleness == 0:
+        return None
+    return tuple(jax.tree.map(jnp.copy, params) for _ in range(staleness))
+
+
+def sampler_params(state: TrainState, cfg: StepConfig):
+    """The parameters the step samples with: `state.params`, or under `cfg.staleness` = k > 0
+    the oldest entry of `state.stale_params`, the parameters before update `step - k` (the
+    initial ones while `step < k`)."""
+    if cfg.staleness == 0:
+        return state.params
+    if state.stale_params is None or len(state.stale_params) != cfg.staleness:
+        have = None if state.stale_params is None else len(state.stale_params)
+        raise ValueError(
+            f"train.staleness={cfg.staleness} needs TrainState.stale_params with that many "
+            f"parameter copies, got {have}; build the state with "
+            "stale_params=step.initial_stale_params(params, staleness)"
+        )
+    return state.stale_params[0]
+
+
+def advance_stale(old: TrainState, new: TrainState, cfg: StepConfig) -> TrainState:
+    """`new` with the sampler ring moved on by one update: the oldest entry leaves and the
+    parameters `old.params` the update started from join at the end. Identity for k = 0."""
+    if cfg.staleness == 0:
+        return new
+    return new.replace(stale_params=(*old.stale_params[1:], old.params))
 
 
 def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
@@ -219,6 +256,9 @@ def train_step(
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One RL iteration; pure. The step's key is `fold_in(key_root, state.step)`.
 
+    The episodes are sampled with `sampler_params(state, cfg)`: the current parameters, or
+    those of `cfg.staleness` updates ago.
+
     Args:
       state: the training state.
       key_root: the run's root key; per-step randomness derives from it and the step number,
@@ -234,13 +274,14 @@ def train_step(
     shard_fn = sharding.batch_constraint(cfg.mesh)
     ds_metrics = {}
     rows = None
+    sampler = sampler_params(state, cfg)
     if cfg.sampling.dynamic:
-        traj, ds_metrics = sampling.dynamic_rollout(key_rollout, state.params, cfg, shard_fn)
+        traj, ds_metrics = sampling.dynamic_rollout(key_rollout, sampler, cfg, shard_fn)
     else:
         traj, rows = rollout_lib.rollout_rows(
             key_rollout,
             cfg.graphdef,
-            state.params,
+            sampler,
             cfg.env,
             cfg.env_params,
             cfg.rollout,
@@ -248,7 +289,7 @@ def train_step(
         )
         traj = sampling.shape_rewards(traj, cfg)
     if cfg.needs_greedy:
-        traj = sampling.greedy_baseline(key_rollout, state.params, traj, cfg, shard_fn)
+        traj = sampling.greedy_baseline(key_rollout, sampler, traj, cfg, shard_fn)
     new_state, metrics = update(state, traj, key_perm, cfg, rows)
     if cfg.sampling.dynamic:  # a group of equal non-finite rewards is filtered out of `traj`
         bad = ~jnp.isfinite(ds_metrics["reward_all"])
@@ -307,6 +348,7 @@ def update(
         **extra,
     }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    new_state = advance_stale(state, new_state, cfg)
     lc = cfg.loss
     if lc.kl_ctrl == "adaptive":  # after this batch's rewards used the old beta, as verl
         new_state = new_state.replace(
