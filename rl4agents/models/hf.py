@@ -22,6 +22,10 @@ Name mapping (torch name -> path in `Policy`'s parameter state):
   model.layers.N.mlp.{gate,up,down}_proj.weight   .mlp.{gate,up,down}_proj.kernel (transposed)
   model.norm.weight                           model.final_norm.scale
   lm_head.weight                              lm_head.kernel (transposed; absent when tied)
+
+With LoRA on (`lora_rank` > 0, `rl4agents.models.lora`), loading fills the adapters fresh (A
+random, B zero: the loaded model computes exactly the checkpoint's function) and exporting
+folds them into the kernels, so the written folder is a plain checkpoint of the adapted model.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import numpy as np
 from flax import nnx
 
 from rl4agents import sharding as sharding_lib
+from rl4agents.models import lora as lora_lib
 from rl4agents.models import policy as policy_lib
 
 # model_type -> the `architectures` entry transformers writes for a causal LM.
@@ -48,7 +53,16 @@ SUPPORTED = {
     "qwen3": "Qwen3ForCausalLM",
 }
 # ModelConfig fields that do not change the checkpoint's tensors; callers may set them.
-RUNTIME_FIELDS = ("value_head", "dtype", "param_dtype", "remat", "attn_chunk")
+RUNTIME_FIELDS = (
+    "value_head",
+    "dtype",
+    "param_dtype",
+    "remat",
+    "attn_chunk",
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+)
 # Buffers some older checkpoints carry; recomputed from the config, so skipped.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _TOKENIZER_FILES = (
@@ -168,7 +182,8 @@ def config_from_hf(
       dtype: "float32" or "bfloat16" (or the jnp dtype); both the parameter dtype and the
         compute dtype, unless `overrides` set `dtype`/`param_dtype` separately.
       **overrides: runtime fields of `ModelConfig` (`RUNTIME_FIELDS`: value_head, dtype,
-        param_dtype, remat, attn_chunk); architecture fields come from the checkpoint only.
+        param_dtype, remat, attn_chunk, lora_rank, lora_alpha, lora_targets); architecture
+        fields come from the checkpoint only.
 
     Returns:
       The ModelConfig (qkv_bias for Qwen2, qk_norm for Qwen3; rope_theta, rope_scaling,
@@ -377,7 +392,8 @@ def _placement(mesh, shardings: ShardingFn | None) -> ShardingFn:
     if mesh is not None:  # the logical-axis rules of rl4agents.sharding, as in training
 
         def place(path: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
-            axes = sharding_lib.logical_axes(path.replace(".", "/"))
+            slashed = path.replace(".", "/")
+            axes = sharding_lib.logical_axes(slashed) or lora_lib.logical_axes(slashed)
             if axes is None:
                 raise ValueError(f"no sharding rule for parameter {path!r}")
             return jax.sharding.NamedSharding(mesh, sharding_lib.logical_spec(axes, shape, mesh))
@@ -409,6 +425,7 @@ def load_pretrained(
     *,
     shardings: ShardingFn | None = None,
     check_tokenizer: bool = True,
+    lora_seed: int = 0,
     **overrides,
 ) -> tuple[policy_lib.Policy, policy_lib.ModelConfig]:
     """Loads a local Llama / Qwen2 / Qwen3 safetensors checkpoint into a `Policy`.
@@ -425,9 +442,11 @@ def load_pretrained(
         "model.layers.0.attn.q_proj.kernel" and shape in our layout; overrides the default.
       check_tokenizer: if the folder has `tokenizer.json`, check that its vocabulary and
         special tokens fit `vocab_size` (needs the `tokenizers` package).
-      **overrides: runtime `ModelConfig` fields (value_head, remat, dtype, param_dtype). A
-        `shared` value head starts at zero; a `separate` critic starts as a copy of the
-        pretrained trunk.
+      lora_seed: seed of the LoRA adapters' A matrices (with `lora_rank` > 0).
+      **overrides: runtime `ModelConfig` fields (`RUNTIME_FIELDS`). A `shared` value head
+        starts at zero; a `separate` critic starts as a copy of the pretrained trunk. With
+        `lora_rank` > 0 every adapter starts with A uniform in +-1/sqrt(in) and B = 0 (the
+        adapters are float32 whatever `dtype` is), so the model equals the checkpoint's.
 
     Returns:
       (policy, cfg): the `Policy` with parameters in `dtype`, kernels in Flax layout
@@ -503,11 +522,35 @@ def load_pretrained(
     for path, array in host.items():  # separate critic: its own copy of the trunk
         critic_path = ("critic",) + path[1:]
         _set(pure, critic_path, jax.device_put(array, place(_dotted(critic_path), array.shape)))
+    if cfg.lora_rank:
+        _init_adapters(pure, cfg, lora_seed, place)
     for path, leaf in jax.tree_util.tree_flatten_with_path(pure)[0]:
         if isinstance(leaf, jax.ShapeDtypeStruct):  # every parameter must have been filled
             raise AssertionError(f"parameter {jax.tree_util.keystr(path)} was not loaded")
     nnx.replace_by_pure_dict(abstract_state, pure)
     return nnx.merge(graphdef, abstract_state), cfg
+
+
+def _init_adapters(pure: dict, cfg: policy_lib.ModelConfig, seed: int, place: ShardingFn) -> None:
+    """Fills every LoRA leaf of `pure` in place: A from `lora.init_a`, B zeros."""
+    leaves = jax.tree_util.tree_flatten_with_path(pure)[0]
+    paths = [tuple(_key(k) for k in path) for path, _ in leaves]
+    adapters = [p for p in paths if p[-1] in lora_lib.PARAM_NAMES]
+    keys = jax.random.split(jax.random.key(seed), max(len(adapters), 1))
+    for key, path in zip(keys, adapters):
+        shape = tuple(_get(pure, path).shape)
+        if path[-1] == "lora_a":
+            array = lora_lib.init_a(key, shape[0], cfg.lora_rank)
+        else:
+            array = np.zeros(shape, np.float32)
+        _set(pure, path, jax.device_put(array, place(_dotted(path), shape)))
+
+
+def _key(entry: Any) -> str | int:
+    for attr in ("key", "idx", "name"):
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    raise TypeError(f"unexpected pytree key {entry!r}")
 
 
 def _pure_params(model_or_state: Any) -> dict:
@@ -532,6 +575,9 @@ def export_pretrained(
 
     The value head and a separate critic are not exported (they have no HF counterpart).
     Parameters keep their dtype (f32 or bf16); `config.json` records it as `torch_dtype`.
+    With LoRA on (`cfg.lora_rank` > 0) each adapted kernel is written merged,
+    W + (lora_alpha / lora_rank) A B (`lora.merged_params`, in float32, then cast to W's
+    dtype), and the config is the base architecture's: transformers loads it as a plain model.
 
     Args:
       model_or_state: a `Policy`, its `nnx.State` (`nnx.state(policy, nnx.Param)`), or that
@@ -551,6 +597,8 @@ def export_pretrained(
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     params = _pure_params(model_or_state)
+    if cfg.lora_rank:
+        params = lora_lib.merged_params(params, cfg)
     extra = {}
     if tokenizer_folder is not None:
         src = os.fspath(tokenizer_folder)

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rl4agents.models import lora as lora_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -45,6 +47,12 @@ class ModelConfig:
     # Query block size of the teacher-forced (no-cache) pass: block [c, c + attn_chunk) attends
     # only keys before its end, which skips the masked upper triangle (0 = one block).
     attn_chunk: int = 128
+    # LoRA (`rl4agents.models.lora`): adapters of rank `lora_rank` (0 = off) scaled by
+    # lora_alpha / lora_rank on the projections named in `lora_targets`; every other
+    # parameter but the value head is frozen.
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = lora_lib.ALL_TARGETS
 
     def __post_init__(self):
         if self.num_heads % self.num_kv_heads:
@@ -63,6 +71,7 @@ class ModelConfig:
                 raise ValueError(
                     f"model.{field}={getattr(self, field)!r}; allowed: 'float32', 'bfloat16'"
                 )
+        lora_lib.check_settings(self.lora_rank, self.lora_alpha, self.lora_targets)
 
 
 PRESETS = {
@@ -139,14 +148,16 @@ def _dtype(name: str):
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, dim: int, eps: float, param_dtype):
+    def __init__(self, dim: int, eps: float, param_dtype, frozen: bool = False):
         self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
         self.eps = eps
+        self.frozen = frozen  # no gradient to the scale (a base weight under LoRA)
 
     def __call__(self, x):
         xf = x.astype(jnp.float32)
         xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
-        return (xf * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+        scale = lora_lib.freeze(self.scale[...], self.frozen)
+        return (xf * scale.astype(jnp.float32)).astype(x.dtype)
 
 
 def rope(
@@ -227,8 +238,10 @@ class Attention(nnx.Module):
         self.v_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias)
         self.o_proj = _dense(rngs, h * hd, d, pd)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(hd, cfg.norm_eps, pd)
-            self.k_norm = RMSNorm(hd, cfg.norm_eps, pd)
+            self.q_norm = RMSNorm(hd, cfg.norm_eps, pd, frozen=cfg.lora_rank > 0)
+            self.k_norm = RMSNorm(hd, cfg.norm_eps, pd, frozen=cfg.lora_rank > 0)
+        for name in lora_lib.targets_in(cfg, "attn"):
+            lora_lib.attach(getattr(self, name), cfg.lora_rank, rngs)
 
     def __call__(
         self,
@@ -255,11 +268,11 @@ class Attention(nnx.Module):
         if rows is None:  # queries at every slot: q, k and v as one matmul (as `MLP`)
             q, k, v = self._qkv(x)
         else:
-            k, v = self.k_proj(x), self.v_proj(x)
+            k, v = self._proj("k_proj", x), self._proj("v_proj", x)
             x = jnp.take_along_axis(x, rows[..., None], axis=1)
             q_pos = jnp.take_along_axis(positions, rows, axis=1)
             mask = jnp.take_along_axis(mask, rows[..., None], axis=1)
-            q = self.q_proj(x)
+            q = self._proj("q_proj", x)
         k, v = k.astype(dt).reshape(kv_shape), v.astype(dt).reshape(kv_shape)
         q = q.astype(dt).reshape(b, x.shape[1], cfg.num_heads, cfg.head_dim)
         if cfg.qk_norm:
@@ -302,7 +315,15 @@ class Attention(nnx.Module):
         else:
             out = attend(q, k_all, v_all, mask, dt)
         out = out.reshape(b, q.shape[1], cfg.num_heads * cfg.head_dim)
-        return self.o_proj(out).astype(dt), cache
+        return self._proj("o_proj", out).astype(dt), cache
+
+    def _proj(self, name, x):
+        """Projection `name` of x: the plain `nnx.Linear` call, or under LoRA its frozen base
+        plus its adapter when `name` is a target."""
+        if not self.cfg.lora_rank:
+            return getattr(self, name)(x)
+        adapt = name in lora_lib.targets_in(self.cfg, "attn")
+        return lora_lib.project(getattr(self, name), x, self.cfg, adapt)
 
     def _qkv(self, x):
         """q, k, v projections of x as one matmul over the concatenated kernels (and biases),
@@ -310,13 +331,23 @@ class Attention(nnx.Module):
         update's forward + backward faster, and decode steps a little
         (`scripts/bench_fusions.py`)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
-        w = jnp.concatenate([p.kernel[...] for p in projs], axis=1)
+        lora = self.cfg.lora_rank > 0
+        w = lora_lib.freeze(jnp.concatenate([p.kernel[...] for p in projs], axis=1), lora)
         ct = jnp.promote_types(x.dtype, w.dtype)
         y = jnp.dot(x.astype(ct), w.astype(ct))
         if self.cfg.qkv_bias:
-            y = y + jnp.concatenate([p.bias[...] for p in projs]).astype(ct)
+            bias = lora_lib.freeze(jnp.concatenate([p.bias[...] for p in projs]), lora)
+            y = y + bias.astype(ct)
         q_width = self.q_proj.kernel.shape[1]
-        return jnp.split(y, [q_width, q_width + self.k_proj.kernel.shape[1]], axis=-1)
+        out = jnp.split(y, [q_width, q_width + self.k_proj.kernel.shape[1]], axis=-1)
+        if lora:  # each target's adapter on its own slice of the fused product
+            adapted = lora_lib.targets_in(self.cfg, "attn")
+            factor = lora_lib.scale(self.cfg)
+            out = [
+                y_i + lora_lib.delta(p, x, factor, ct) if name in adapted else y_i
+                for y_i, p, name in zip(out, projs, ("q_proj", "k_proj", "v_proj"))
+            ]
+        return out
 
 
 class MLP(nnx.Module):
@@ -326,23 +357,40 @@ class MLP(nnx.Module):
         self.up_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd)
         self.down_proj = _dense(rngs, cfg.d_ff, cfg.d_model, pd)
         self.dtype = _dtype(cfg.dtype)
+        self.cfg = cfg
+        for name in lora_lib.targets_in(cfg, "mlp"):
+            lora_lib.attach(getattr(self, name), cfg.lora_rank, rngs)
 
     def __call__(self, x):
         # Gate and up projections as one matmul (as nnx.Linear computes each: inputs and kernel
         # promoted to a common dtype); one wide product is faster forward and backward.
+        cfg = self.cfg
         w = jnp.concatenate([self.gate_proj.kernel[...], self.up_proj.kernel[...]], axis=1)
+        w = lora_lib.freeze(w, cfg.lora_rank > 0)
         ct = jnp.promote_types(x.dtype, w.dtype)
-        gate, up = jnp.split(jnp.dot(x.astype(ct), w.astype(ct)).astype(self.dtype), 2, axis=-1)
-        h = jax.nn.silu(gate) * up
-        return self.down_proj(h).astype(self.dtype)
+        y = jnp.dot(x.astype(ct), w.astype(ct))
+        if not cfg.lora_rank:
+            gate, up = jnp.split(y.astype(self.dtype), 2, axis=-1)
+            return self.down_proj(jax.nn.silu(gate) * up).astype(self.dtype)
+        adapted = lora_lib.targets_in(cfg, "mlp")
+        factor = lora_lib.scale(cfg)
+        gate, up = jnp.split(y, 2, axis=-1)
+        if "gate_proj" in adapted:
+            gate = gate + lora_lib.delta(self.gate_proj, x, factor, ct)
+        if "up_proj" in adapted:
+            up = up + lora_lib.delta(self.up_proj, x, factor, ct)
+        h = jax.nn.silu(gate.astype(self.dtype)) * up.astype(self.dtype)
+        down = lora_lib.project(self.down_proj, h, cfg, "down_proj" in adapted)
+        return down.astype(self.dtype)
 
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         pd = _dtype(cfg.param_dtype)
-        self.input_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        frozen = cfg.lora_rank > 0
+        self.input_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd, frozen)
         self.attn = Attention(cfg, rngs)
-        self.post_attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.post_attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd, frozen)
         self.mlp = MLP(cfg, rngs)
 
     def __call__(self, x, positions, mask, cache, write_index, rows=None, prefix_kv=None):
@@ -370,7 +418,14 @@ class Decoder(nnx.Module):
             embedding_init=nnx.initializers.normal(0.02),
         )
         self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
-        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd, cfg.lora_rank > 0)
+
+    def _embed(self, tokens):
+        """Token embeddings in the compute dtype (the table frozen under LoRA)."""
+        if not self.cfg.lora_rank:
+            return self.embed(tokens).astype(_dtype(self.cfg.dtype))
+        table = lora_lib.freeze(self.embed.embedding[...], True)
+        return jnp.take(table, tokens, axis=0).astype(_dtype(self.cfg.dtype))
 
     def __call__(
         self,
@@ -404,7 +459,7 @@ class Decoder(nnx.Module):
                 raise ValueError("a shared prefix is for the cache-free pass only")
             return self._shared_prefix(tokens, positions, mask, rows, prefix, group, shard)
         pin = shard or (lambda x: x)
-        x = pin(self.embed(tokens).astype(_dtype(self.cfg.dtype)))
+        x = pin(self._embed(tokens))
         new_cache = []
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
@@ -437,12 +492,11 @@ class Decoder(nnx.Module):
         def per_row(x):  # [B/G, ...] -> [B, ...], each group's value on its G rows
             return jnp.repeat(x, group, axis=0)
 
-        dt = _dtype(self.cfg.dtype)
         pin = shard or (lambda x: x)  # the B rows only: B / group need not divide the devices
         pos_p, mask_p = lead(positions)[:, :prefix], lead(mask)[:, :prefix, :prefix]
         pos_r, mask_r = positions[:, prefix:], mask[:, prefix:]
-        x_p = self.embed(lead(tokens)[:, :prefix]).astype(dt)
-        x_r = pin(self.embed(tokens[:, prefix:]).astype(dt))
+        x_p = self._embed(lead(tokens)[:, :prefix])
+        x_r = pin(self._embed(tokens[:, prefix:]))
         last = len(self.layers) - 1
         rows_r = None if rows is None else jnp.maximum(rows - prefix, 0)
         for i, layer in enumerate(self.layers):
@@ -478,11 +532,14 @@ class Policy(nnx.Module):
             )
 
     def logits(self, hidden):
+        lora = self.cfg.lora_rank > 0  # the head is a frozen base weight
         if self.cfg.tie_embeddings:
-            w = self.model.embed.embedding[...]
+            w = lora_lib.freeze(self.model.embed.embedding[...], lora)
             return jnp.einsum(
                 "bsd,vd->bsv", hidden, w.astype(hidden.dtype), preferred_element_type=jnp.float32
             )
+        if lora:
+            return lora_lib.project(self.lm_head, hidden, self.cfg, False).astype(jnp.float32)
         return self.lm_head(hidden).astype(jnp.float32)
 
     def __call__(
