@@ -181,6 +181,12 @@ class HFTokenizer:
             raise KeyError(f"token {token!r} is not in the vocabulary of {self.folder}")
         return token_id
 
+    def special_token_prefix(self, text: str) -> str | None:
+        """The longest special (added) token that `text` starts with, or None."""
+        specials = [t.content for t in self._tok.get_added_tokens_decoder().values() if t.special]
+        found = [t for t in specials if t and text.startswith(t)]
+        return max(found, key=len) if found else None
+
     def apply_chat_template(
         self,
         messages: Sequence[dict],
