@@ -102,19 +102,16 @@ class FragmentTable:
     names: tuple[str, ...]
     tokens: np.ndarray  # int32[F, L]
     lengths: np.ndarray  # int32[F]
+    # Set when the tokenizer reads actions leniently (`lenient_actions`, see `match_action`).
+    lenient: LenientActions | None = None
 
     @classmethod
     def build(cls, tokenizer: Tokenizer, fragments: dict[str, str]) -> FragmentTable:
-        encoded = [tokenizer.encode(text) for text in fragments.values()]
-        for name, ids in zip(fragments, encoded):
-            if not ids and fragments[name]:
-                raise ValueError(f"fragment {name!r} encodes to no tokens")
-        width = max(1, max(len(e) for e in encoded))
-        tokens = np.full((len(encoded), width), tokenizer.pad_id, np.int32)
-        for i, ids in enumerate(encoded):
-            tokens[i, : len(ids)] = ids
-        lengths = np.array([len(e) for e in encoded], np.int32)
-        return cls(tuple(fragments), tokens, lengths)
+        tokens, lengths = _encode_rows(tokenizer, list(fragments.values()), list(fragments))
+        lenient = None
+        if getattr(tokenizer, "lenient_actions", False):
+            lenient = LenientActions.build(tokenizer, list(fragments.values()))
+        return cls(tuple(fragments), tokens, lengths, lenient)
 
     def id(self, name: str) -> int:
         try:
@@ -161,7 +158,17 @@ def concat_fragments(
 def match_action(
     table: FragmentTable, action_tokens: jax.Array, action_len: jax.Array
 ) -> jax.Array:
-    """Index of the fragment that equals the action exactly, or -1.
+    """Index of the fragment the action names, or -1.
+
+    By default the action must equal a fragment's tokens exactly. A table built with a
+    tokenizer that reads actions leniently (`lenient_actions = True`, as a chat model's
+    `rl4agents.models.chat.ChatTokenizer`) also accepts what a model writes around an action:
+    tokens of only whitespace and punctuation at either end are dropped ("**left**", " left.",
+    "[left]"), the action may be in lower, UPPER, Capitalized or Title Case with or without a
+    leading space, and a preamble may precede it when the action ends the reply ("Action:
+    LEFT", "I'll go left."), provided the preamble's last token does not run into the action's
+    first word.
+    When several fragments end the reply ("search alice" and "alice"), the longest counts.
 
     Args:
       table: candidate actions as fragments, tokens int32[N, L].
@@ -171,6 +178,8 @@ def match_action(
     Returns:
       int32[] index into table, or -1 when the action matches no candidate.
     """
+    if table.lenient is not None:
+        return table.lenient.match(action_tokens, action_len)
     width = max(table.width, action_tokens.shape[0])
     cand = np.zeros((table.tokens.shape[0], width), np.int32)
     cand[:, : table.width] = table.tokens
@@ -180,6 +189,95 @@ def match_action(
     cand = jnp.where(cols[None, :] < jnp.asarray(table.lengths)[:, None], cand, 0)
     hit = (jnp.asarray(table.lengths) == action_len) & jnp.all(cand == act[None, :], axis=1)
     return jnp.where(hit.any(), jnp.argmax(hit), -1).astype(jnp.int32)
+
+
+def _encode_rows(tokenizer, texts: list[str], names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Texts encoded as PAD-padded rows: tokens int32[F, L] and lengths int32[F]."""
+    encoded = [tokenizer.encode(t) for t in texts]
+    for name, text_, ids in zip(names, texts, encoded):
+        if not ids and text_:
+            raise ValueError(f"fragment {name!r} encodes to no tokens")
+    width = max(1, max((len(e) for e in encoded), default=0))
+    tokens = np.full((len(encoded), width), tokenizer.pad_id, np.int32)
+    for i, ids in enumerate(encoded):
+        tokens[i, : len(ids)] = ids
+    return tokens, np.array([len(e) for e in encoded], np.int32)
+
+
+_EDGE_CHARS = frozenset(" \t\r\n\"'`*_.,;:!?()[]{}<>")
+
+
+def token_classes(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Per token id, from its text alone: (edge bool[V]: only whitespace and punctuation,
+    ends_word bool[V]: ends with a letter or digit). Cached on the tokenizer when it allows."""
+    cached = getattr(tokenizer, "_token_classes", None)
+    if cached is not None:
+        return cached
+    edge = np.zeros(tokenizer.vocab_size, bool)
+    ends_word = np.zeros(tokenizer.vocab_size, bool)
+    for i in range(tokenizer.vocab_size):
+        piece = tokenizer.decode([i])
+        edge[i] = bool(piece) and all(ch in _EDGE_CHARS for ch in piece)
+        ends_word[i] = bool(piece) and piece[-1].isalnum()
+    try:
+        tokenizer._token_classes = (edge, ends_word)
+    except AttributeError:  # frozen tokenizers recompute
+        pass
+    return edge, ends_word
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LenientActions:
+    """Spellings of each action a model may write (see `match_action`), host arrays.
+
+    tokens int32[R, W] / lengths int32[R]: R spellings (case x leading space) of the actions;
+    action int32[R] the fragment each spells; spaced bool[R] the spelling starts with a space;
+    edge, ends_word bool[V] token classes (`token_classes`).
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    action: np.ndarray
+    spaced: np.ndarray
+    edge: np.ndarray
+    ends_word: np.ndarray
+
+    @classmethod
+    def build(cls, tokenizer: Tokenizer, texts: list[str]) -> LenientActions:
+        rows, action = [], []
+        for i, t in enumerate(texts):
+            forms = (t, t.lower(), t.upper(), t.capitalize(), t.title())
+            spellings = [p + f.strip() for f in forms for p in ("", " ") if f.strip()]
+            for spelled in dict.fromkeys(spellings):
+                rows.append(spelled)
+                action.append(i)
+        tokens, lengths = _encode_rows(tokenizer, rows, rows)
+        spaced = np.array([r.startswith(" ") for r in rows], bool)
+        edge, ends_word = token_classes(tokenizer)
+        return cls(tokens, lengths, np.array(action, np.int32), spaced, edge, ends_word)
+
+    def match(self, action_tokens: jax.Array, action_len: jax.Array) -> jax.Array:
+        """int32[] the action `action_tokens[:action_len]` names (`match_action`), or -1."""
+        a = action_tokens.shape[0]
+        cols = jnp.arange(a)
+        tok = jnp.clip(action_tokens.astype(jnp.int32), 0, len(self.edge) - 1)
+        live = cols < action_len
+        core = live & ~jnp.asarray(self.edge)[tok]
+        first = jnp.where(core.any(), jnp.argmax(core), 0)
+        last = jnp.where(core.any(), a - 1 - jnp.argmax(core[::-1]), -1)
+        n = last + 1  # the reply ends at `last`, starts anywhere before
+        width = self.tokens.shape[1]
+        lengths = jnp.asarray(self.lengths)
+        start = n - lengths  # [R] where each spelling would start
+        idx = start[:, None] + jnp.arange(width)[None, :]  # [R, W]
+        in_row = jnp.arange(width)[None, :] < lengths[:, None]
+        got = jnp.where(in_row, tok[jnp.clip(idx, 0, a - 1)], 0)
+        want = jnp.where(in_row, jnp.asarray(self.tokens), 0)
+        prev = tok[jnp.clip(start - 1, 0, a - 1)]
+        boundary = (start == first) | jnp.asarray(self.spaced) | ~jnp.asarray(self.ends_word)[prev]
+        hit = (start >= first) & (lengths > 0) & jnp.all(got == want, axis=1) & boundary
+        best = jnp.argmax(jnp.where(hit, lengths, -1))
+        return jnp.where(hit.any(), jnp.asarray(self.action)[best], -1).astype(jnp.int32)
 
 
 def hash_u32(x: jax.Array) -> jax.Array:

@@ -355,3 +355,154 @@ def uniform_from_bits(bits: jax.Array) -> jax.Array:
     mantissa = jax.lax.shift_right_logical(bits, jnp.uint32(32 - 23))
     one = jnp.uint32(np.array(1.0, np.float32).view(np.uint32))
     return jax.lax.bitcast_convert_type(mantissa | one, jnp.float32) - jnp.float32(1.0)
+
+
+class ChatEnv:
+    """An environment whose episodes read as a chat in a model's own template.
+
+    Each observation becomes a user message and each action an assistant message: the reset
+    observation is framed as `prompt_prefix + obs + obs_suffix` (after `bos_id`, the rollout's
+    slot 0), and every later observation as `obs_prefix + obs + obs_suffix` (after the action's
+    end-of-turn token). The pieces come from `rl4agents.models.chat.ChatFormat.framing()`; the
+    tokenizer this environment reports has that `bos_id` and the end-of-turn token as
+    `eoa_id`, so a rollout stops each action there. Dynamics, rewards, anchors, action parsing
+    and splits are the wrapped environment's; the framing adds only tokens. Once an episode
+    is done, `step` stays absorbing (no framing is added after the end).
+
+    Args:
+      env: the environment to wrap (built with the model's tokenizer).
+      framing: a `ChatFraming` (bos_id, prompt_prefix, obs_prefix, obs_suffix int32 arrays,
+        eot_id).
+    """
+
+    def __init__(self, env: Any, framing: Any):
+        self.env = env
+        self.framing = framing
+        self.tokenizer = SpecialIds(env.tokenizer, bos_id=framing.bos_id, eoa_id=framing.eot_id)
+        n_suffix = len(framing.obs_suffix)
+        self.max_prompt_len = env.max_prompt_len + len(framing.prompt_prefix) + n_suffix
+        self.max_obs_len = env.max_obs_len + len(framing.obs_prefix) + n_suffix
+        self.max_action_len = env.max_action_len
+        self.num_actions = env.num_actions
+
+    def __getattr__(self, name: str) -> Any:  # config, action_table, ... of the wrapped env
+        if name in ("env", "framing"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def default_params(self, split: str = "train") -> Any:
+        """The wrapped environment's params for `split`."""
+        return self.env.default_params(split)
+
+    def make_split(self, split: str) -> tuple[ChatEnv, Any]:
+        """(env, params) for `split`, the split's environment framed the same way."""
+        env, params = self.env.make_split(split)
+        return (self if env is self.env else ChatEnv(env, self.framing)), params
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, TimeStep]:
+        """The wrapped reset; obs_tokens int32[P] = prompt_prefix + observation + obs_suffix."""
+        state, ts = self.env.reset(key, params)
+        obs, obs_len = frame_tokens(
+            self.framing.prompt_prefix,
+            ts.obs_tokens,
+            ts.obs_len,
+            self.framing.obs_suffix,
+            self.max_prompt_len,
+            self.tokenizer.pad_id,
+        )
+        return state, ts._replace(obs_tokens=obs, obs_len=obs_len)
+
+    def step(
+        self,
+        key: jax.Array,
+        state: Any,
+        action_tokens: jax.Array,
+        action_len: jax.Array,
+        params: Any,
+    ) -> tuple[Any, TimeStep]:
+        """The wrapped step; a live episode's obs_tokens int32[O] = obs_prefix + observation +
+        obs_suffix, an ended one's stay empty."""
+        live = ~jnp.asarray(state.done)
+        new_state, ts = self.env.step(key, state, action_tokens, action_len, params)
+        obs, obs_len = frame_tokens(
+            self.framing.obs_prefix,
+            ts.obs_tokens,
+            ts.obs_len,
+            self.framing.obs_suffix,
+            self.max_obs_len,
+            self.tokenizer.pad_id,
+        )
+        obs = jnp.where(live, obs, self.tokenizer.pad_id)
+        return new_state, ts._replace(obs_tokens=obs, obs_len=jnp.where(live, obs_len, 0))
+
+    def anchor(self, state: Any) -> jax.Array:
+        """The wrapped environment's anchor (uint32[])."""
+        return self.env.anchor(state)
+
+    def action_tokens(self, action: int) -> np.ndarray:
+        """int32[len] tokens of action id `action` (the wrapped environment's)."""
+        return self.env.action_tokens(action)
+
+    def oracle_actions(self, state: Any) -> list[int] | None:
+        """The wrapped environment's plan (action ids), or None."""
+        return self.env.oracle_actions(state)
+
+    def render(self, state: Any) -> str:
+        """The wrapped environment's rendering."""
+        return self.env.render(state)
+
+    def fragment_tables(self) -> tuple[text.FragmentTable, ...]:
+        """The wrapped environment's fragment tables."""
+        return self.env.fragment_tables()
+
+
+class SpecialIds:
+    """A tokenizer with other `bos_id` / `eoa_id` (ints); everything else is `base`'s."""
+
+    def __init__(self, base: Any, *, bos_id: int, eoa_id: int):
+        self.base = base
+        self.bos_id = int(bos_id)
+        self.eoa_id = int(eoa_id)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def encode(self, text_: str) -> list[int]:
+        return self.base.encode(text_)
+
+    def decode(self, ids) -> str:
+        return self.base.decode(ids)
+
+
+def frame_tokens(
+    prefix: np.ndarray,
+    tokens: jax.Array,
+    length: jax.Array,
+    suffix: np.ndarray,
+    out_len: int,
+    pad_id: int,
+) -> tuple[jax.Array, jax.Array]:
+    """`prefix + tokens[:length] + suffix` as one padded row.
+
+    Args:
+      prefix, suffix: int32[p], int32[s] fixed tokens (host arrays).
+      tokens: int32[n] tokens, the first `length` valid.
+      length: int32[].
+      out_len: static length of the result, at least p + n + s.
+      pad_id: padding token.
+
+    Returns:
+      tokens int32[out_len] (PAD-padded) and their number int32[] (p + length + s).
+    """
+    p, s, n = len(prefix), len(suffix), tokens.shape[0]
+    if out_len < p + n + s:
+        raise ValueError(f"out_len={out_len} is shorter than {p} + {n} + {s} tokens")
+    length = jnp.asarray(length, jnp.int32)
+    out = jnp.full((out_len,), pad_id, jnp.int32).at[:p].set(jnp.asarray(prefix, jnp.int32))
+    cols = jnp.arange(n)
+    body = jnp.where(cols < length, p + cols, out_len)  # invalid tokens to a dropped slot
+    out = out.at[body].set(jnp.asarray(tokens, jnp.int32), mode="drop")
+    out = out.at[p + length + jnp.arange(s)].set(jnp.asarray(suffix, jnp.int32), mode="drop")
+    return out, (p + length + s).astype(jnp.int32)

@@ -11,7 +11,8 @@ The result is a `Trajectory` with exactly the slot layout and fields of
 observation slots; RoPE positions from the count of valid tokens), so `rollout.score`
 reproduces its behaviour log-probs and `train.step.update` learns from it unchanged.
 Observations longer than their block are clipped and flagged; a turn's anchor is the CRC-32
-of the observation text it acted from.
+of the observation text it acted from. With a chat tokenizer (`rl4agents.models.chat.
+ChatTokenizer`) each observation is framed as a user message of the model's chat template.
 """
 
 from __future__ import annotations
@@ -174,11 +175,6 @@ class HostInfo:
             "host/env_seconds": self.env_seconds,
             "host/policy_seconds": self.policy_seconds,
         }
-
-
-def _encode(tokenizer, text: str, limit: int) -> tuple[list[int], bool]:
-    ids = list(tokenizer.encode(text))
-    return ids[:limit], len(ids) > limit
 
 
 def task_seeds(key: jax.Array, num_tasks: int) -> np.ndarray:
@@ -360,11 +356,26 @@ class _Record:
         )
 
 
+def _obs_ids(tokenizer, text: str, first: bool) -> list[int]:
+    """The ids an observation adds to the context: its text's, or with a chat tokenizer
+    (`rl4agents.models.chat.ChatTokenizer`) the observation as a user message followed by the
+    assistant header (the first observation after the chat's first token, the slot-0 BOS)."""
+    fmt = getattr(tokenizer, "chat", None)
+    if fmt is None:
+        return list(tokenizer.encode(text))
+    return fmt.prompt_ids(text)[1:] if first else fmt.turn_ids(text)
+
+
+def _encode(tokenizer, text: str, limit: int, first: bool = False) -> tuple[list[int], bool]:
+    ids = _obs_ids(tokenizer, text, first)
+    return ids[:limit], len(ids) > limit
+
+
 def _reset(rec: _Record, pool, tokenizer, lay, group_ids, seeds):
     """Reset every episode; the prompt is BOS + the reset observation (clipped to P - 1)."""
     rec.prompt_tokens[:, 0], rec.prompt_valid[:, 0] = tokenizer.bos_id, True
     for i, oc in enumerate(pool.reset(group_ids, seeds[group_ids])):
-        ids, rec.prompt_clipped[i] = _encode(tokenizer, oc.result.obs, lay.prompt - 1)
+        ids, rec.prompt_clipped[i] = _encode(tokenizer, oc.result.obs, lay.prompt - 1, True)
         rec.prompt_tokens[i, 1 : 1 + len(ids)], rec.prompt_valid[i, 1 : 1 + len(ids)] = ids, True
         rec.observe(i, oc)
     rec.done |= rec.failed  # a failed reset: an episode with no turns
