@@ -1,11 +1,12 @@
 """Corrections for a sampler/learner mismatch that mask tokens or sequences out of the loss.
 
-docs/methods.md, "Mismatch corrections (MIS, IcePop)". TIS (`policy.tis_weights`,
+docs/methods.md, "Mismatch corrections (MIS, IcePop)" and "M2PO". TIS (`policy.tis_weights`,
 `loss.tis_cap`) keeps every token and truncates its importance weight; the corrections here
 keep the weight `r = pi_learner / pi_sampler` where it lies in a band `[low, high]` and drop
 the token (or the whole sequence) where it does not. A dropped token leaves the loss
 altogether: it is removed from the action mask, so it leaves every term's denominator too,
-not only the numerator.
+not only the numerator. M2PO (`m2po`) drops tokens by a batch statistic instead of a band:
+the largest squared log ratios, until the rest's mean is at most `tau`.
 
 Every registered correction has the signature
 
@@ -151,6 +152,63 @@ def icepop(
       (weights f32[B, T], keep bool[B, T]), as `mis_token`.
     """
     return mis_token(logp_learner, logp_sampler, mask, low=low, high=high)
+
+
+@MISMATCH_CORRECTIONS.register("m2po")
+def m2po(
+    logp_learner: jax.Array,
+    logp_sampler: jax.Array,
+    mask: jax.Array,
+    *,
+    tau: float = 0.04,
+) -> tuple[jax.Array, jax.Array]:
+    """M2PO's second-moment trust region (arXiv 2510.01161, Zheng et al., "Prosperity before
+    Collapse: How Far Can Off-Policy RL Reach with Stale Data on LLMs?").
+
+    With `d_n = logp_learner_n - logp_sampler_n` the log ratio of action token n of the whole
+    batch (N tokens on `mask`), the batch's second moment is `M2 = (1/N) sum_n d_n^2`. While
+    the mean of `d^2` over the tokens still kept exceeds `tau`, the kept token with the largest
+    `d^2` is dropped: sorting the tokens by decreasing `d^2` (ties in row-major order),
+    `s_(1) >= ... >= s_(N)`, and with `m_j = sum_{i > j} s_(i) / (N - j)` the mean after
+    dropping the first j (`m_N = 0`), the first `j* = min {j : m_j <= tau}` tokens leave the
+    loss. `m_j` does not increase with j, so the kept tokens are the `N - j*` of smallest
+    `d^2`, and none is dropped when `M2 <= tau`. A kept token has weight `r_n = exp(d_n)`
+    (clamped at |d| <= 20 before `exp`), as the paper's objective
+    `J = (1/N) sum_n M_n r_n A_n`: paired with a policy loss without clipping that is M2PO
+    itself; with `ppo_clip` the clip applies on top, around the learner's log-probs.
+
+    The statistic is over the whole batch the step trains on (one mask per step, computed
+    before its updates), so it is a trust region on the batch, not on each row: a few outlier
+    tokens leave while the many near-on-policy ones stay. With `train.staleness` > 0 the
+    sampler is the policy of several updates ago (the paper's setting).
+
+    Args:
+      logp_learner: f32[B, T] learner log-probs of the sampled tokens.
+      logp_sampler: f32[B, T] sampler log-probs of the same tokens.
+      mask: bool[B, T] action tokens.
+      tau: the bound on the kept tokens' mean squared log ratio, >= 0 (the paper's 0.04).
+
+    Returns:
+      (weights f32[B, T], keep bool[B, T]), both stop-gradient and off `mask` 0 / False.
+    """
+    check_range("tau", tau, 0.0)
+    d, mask = _log_ratio(logp_learner, logp_sampler, mask)
+    sq = jnp.where(mask, jnp.square(d), -1.0).reshape(-1)  # off-mask tokens sort last
+    n = jnp.sum(mask)
+    order = jnp.argsort(-sq, stable=True)
+    ranked = jnp.maximum(sq[order], 0.0)
+    # Position i (0-based) of the ranking is dropped iff m_i > tau, the mean over positions
+    # i.. (the tokens kept if the first i are dropped). Suffix sums add the small values
+    # first, and a tail of exact zeros sums to exactly 0.
+    suffix = jnp.cumsum(ranked[::-1])[::-1]
+    position = jnp.arange(sq.shape[0])
+    mean_from = suffix / jnp.maximum(n - position, 1).astype(jnp.float32)
+    drop_ranked = (mean_from > tau) & (position < n)
+    drop = jnp.zeros_like(drop_ranked).at[order].set(drop_ranked).reshape(d.shape)
+    keep = mask & ~drop
+    ratio = jnp.exp(jnp.clip(d, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+    weights = jnp.where(keep, ratio, 0.0)
+    return jax.lax.stop_gradient(weights), jax.lax.stop_gradient(keep)
 
 
 def names() -> list[str]:

@@ -92,7 +92,7 @@ def test_corrections__match_loop_reference_and_carry_no_gradient(name, band):
 
 
 def test_registry__names_defaults_and_bad_bands():
-    assert mismatch.names() == ["icepop", "mis_sequence", "mis_token"]
+    assert mismatch.names() == ["icepop", "m2po", "mis_sequence", "mis_token"]
     assert mismatch.defaults("icepop") == {"low": 0.5, "high": 5.0}
     assert mismatch.defaults("mis_token") == {"low": 0.0, "high": 2.0}
     with pytest.raises(ValueError, match=r"mismatch\.icepop: low=1\.5; allowed: in \[0, 1\]"):
