@@ -175,3 +175,18 @@ def test_staleness__a_state_without_the_ring_is_refused():
     state = exp.init_state(jax.random.key(0)).replace(stale_params=None)
     with pytest.raises(ValueError, match="train.staleness=1 needs TrainState.stale_params"):
         step_lib.sampler_params(state, exp.step_cfg)
+
+
+def test_staleness__a_warm_start_fills_the_ring_with_its_parameters():
+    """`loop._start_from` (init.params, model.checkpoint): every stale copy is a separate
+    copy of the warm-start parameters, so the first k steps sample with them."""
+    from rl4agents.train import loop as loop_lib
+
+    exp = build(**{"train.staleness": 2})
+    state = exp.init_state(jax.random.key(0))
+    warm = jax.tree.map(lambda x: x + 1.0, state.params)
+    started = loop_lib._start_from(state, warm)
+    assert len(started.stale_params) == 2
+    for copy in started.stale_params:
+        _assert_same(_copy(copy), _copy(warm), "warm copy")
+        assert all(a is not b for a, b in zip(jax.tree.leaves(copy), jax.tree.leaves(warm)))
