@@ -328,11 +328,21 @@ def env_workdirs(sweep_dir: str, env: str) -> list[str]:
 
 
 def read_csv(path: str) -> list[dict]:
-    """The rows of a CSV written by this script ([] when there is none)."""
+    """The rows of a CSV written by this script ([] when there is none), numbers as numbers."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _number(text: str):
+    """`text` as an int or a float when it is one, else unchanged ("" stays "")."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _row(env: str, policy: str, seed, task: int, out: dict) -> dict:
