@@ -227,7 +227,10 @@ def branch_rollout(
 
     # Fork points.
     key_rule, key_branch = jax.random.split(jax.random.fold_in(key, 1))
-    blk_view = lambda x: jnp.swapaxes(x, 0, 1)[:, :, : lay.action]  # noqa: E731 [B, K, A]
+
+    def blk_view(x):  # [K, B, A+O] -> the action slots [B, K, A]
+        return jnp.swapaxes(x, 0, 1)[:, :, : lay.action]
+
     entropy = turn_entropy(blk_view(turns.entropy), blk_view(turns.action), bc.entropy_tokens)
     fork = fork_turns(bc, root_traj.turn_valid, entropy, key_rule)  # [B, M]
     b = fork.shape[0]
@@ -271,7 +274,10 @@ def branch_rollout(
     if k_start > 0:  # turns no rule forks at: every branch copies them
         head = [copy_turn(turns, k) for k in range(k_start)]
         head_rows = [copy_turn(rows, k) for k in range(k_start)]
-        stack = lambda xs: jax.tree.map(lambda *a: jnp.stack(a), *xs)  # noqa: E731
+
+        def stack(xs):
+            return jax.tree.map(lambda *a: jnp.stack(a), *xs)
+
         bturns = jax.tree.map(lambda h, t: jnp.concatenate([h, t]), stack(head), bturns)
         if brows is not None:
             brows = jax.tree.map(lambda h, t: jnp.concatenate([h, t]), stack(head_rows), brows)
