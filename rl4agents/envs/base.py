@@ -378,7 +378,10 @@ class ChatEnv:
     def __init__(self, env: Any, framing: Any):
         self.env = env
         self.framing = framing
-        self.tokenizer = SpecialIds(env.tokenizer, bos_id=framing.bos_id, eoa_id=framing.eot_id)
+        tok = env.tokenizer
+        if (tok.bos_id, tok.eoa_id) != (framing.bos_id, framing.eot_id):
+            tok = SpecialIds(tok, bos_id=framing.bos_id, eoa_id=framing.eot_id)
+        self.tokenizer = tok  # a chat tokenizer already has the chat's ids
         n_suffix = len(framing.obs_suffix)
         self.max_prompt_len = env.max_prompt_len + len(framing.prompt_prefix) + n_suffix
         self.max_obs_len = env.max_obs_len + len(framing.obs_prefix) + n_suffix

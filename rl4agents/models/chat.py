@@ -43,6 +43,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rl4agents.models import hf_tokenizer
+
 # Sentinels: letters only (templates may `trim` contents), unlikely in any template.
 _USER = "QXZUSERQXZ{}"
 _ASSISTANT = "QXZASSISTANTQXZ{}"
@@ -261,31 +263,20 @@ def parse_action(text: str, actions: Sequence[str], max_extra_words: int = 8) ->
     return action if extra <= max_extra_words else -1
 
 
-class ChatTokenizer:
-    """A tokenizer that lays episodes out as a chat: `base`'s vocabulary, the chat's first
-    token as `bos_id` and its end-of-turn token as `eoa_id`, and the `ChatFormat` as `chat`.
+class ChatTokenizer(hf_tokenizer.HFTokenizer):
+    """The checkpoint's tokenizer laying episodes out as a chat: the same vocabulary, files and
+    chat template, with the chat's first token as `bos_id`, its end-of-turn token as `eoa_id`,
+    and the `ChatFormat` as `chat`.
 
     Host rollouts (`rl4agents.rollout.host`) frame observations with `chat` when the run's
     tokenizer has one; jitted environments are framed by `rl4agents.envs.base.ChatEnv`.
+    Fragment tables built with it read actions leniently (`rl4agents.text.match_action`).
     """
 
-    lenient_actions = True  # environments read actions as `rl4agents.text.match_action` says
+    lenient_actions = True
 
-    def __init__(self, fmt: ChatFormat):
+    def __init__(self, fmt: ChatFormat):  # no files read again: a copy of fmt.tokenizer
+        self.__dict__.update(fmt.tokenizer.__dict__)
         self.chat = fmt
-        self.base = fmt.tokenizer
         self.bos_id = fmt.framing().bos_id
         self.eoa_id = fmt.eot_id
-
-    def __getattr__(self, name: str):  # vocab_size, pad_id, chat_template, ... of `base`
-        if name in ("chat", "base"):
-            raise AttributeError(name)
-        return getattr(self.base, name)
-
-    def encode(self, text: str) -> list[int]:
-        """`base`'s ids of `text` (list of int), no framing."""
-        return self.base.encode(text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """`base`'s text of `ids`."""
-        return self.base.decode(ids)
