@@ -56,6 +56,15 @@ PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"value_proj/bias", (None,)),
     (r"[a-z_]*norm/scale", ("norm",)),  # input_norm, post_attn_norm, final_norm, q_norm, k_norm
     (r"entropy_avg", (None,)),  # EPO's (running average, steps seen): replicated
+    # LoRA adapters (rl4agents.models.lora): A [in, r] keeps the kernel's input axis, B [r, out]
+    # its output axis; the rank axis is replicated.
+    (r"(q_proj|k_proj|v_proj|gate_proj|up_proj)/lora_a", ("embed", None)),
+    (r"o_proj/lora_a", ("heads", None)),
+    (r"down_proj/lora_a", ("mlp", None)),
+    (r"q_proj/lora_b", (None, "heads")),
+    (r"(k_proj|v_proj)/lora_b", (None, "kv_heads")),
+    (r"(gate_proj|up_proj)/lora_b", (None, "mlp")),
+    (r"(o_proj|down_proj)/lora_b", (None, "embed")),
 )
 
 

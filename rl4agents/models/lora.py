@@ -43,6 +43,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from rl4agents import sharding
+
 # Short target name -> (submodule of a block, projection attribute).
 TARGETS: dict[str, tuple[str, str]] = {
     "q": ("attn", "q_proj"),
@@ -57,16 +59,9 @@ ALL_TARGETS = tuple(TARGETS)
 PARAM_NAMES = ("lora_a", "lora_b")
 # Leaves trained besides the adapters: the value head (fresh, see the module docstring).
 _HEAD_NAMES = ("value_proj",)
-# Logical axes of the adapters (the `rl4agents.sharding.PARAM_RULES` convention): A keeps the
-# kernel's input axis, B its output axis; the rank axis is replicated.
-PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
-    (r"(q_proj|k_proj|v_proj|gate_proj|up_proj)/lora_a", ("embed", None)),
-    (r"o_proj/lora_a", ("heads", None)),
-    (r"down_proj/lora_a", ("mlp", None)),
-    (r"q_proj/lora_b", (None, "heads")),
-    (r"(k_proj|v_proj)/lora_b", (None, "kv_heads")),
-    (r"(gate_proj|up_proj)/lora_b", (None, "mlp")),
-    (r"(o_proj|down_proj)/lora_b", (None, "embed")),
+# Logical axes of the adapters: their entries of `rl4agents.sharding.PARAM_RULES`.
+PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = tuple(
+    rule for rule in sharding.PARAM_RULES if "lora_" in rule[0]
 )
 
 
