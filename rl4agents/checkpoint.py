@@ -27,6 +27,7 @@ exception.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -514,12 +515,40 @@ class Checkpointer:
             raise self._damaged(step, problem)
         target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
         self._check_target(step, target)
+        newer = self._fields_newer_than(step, target)
         try:
-            return self._manager.restore(step, args=ocp.args.StandardRestore(target))
+            if not newer:
+                return self._manager.restore(step, args=ocp.args.StandardRestore(target))
+            kept = {
+                f.name: getattr(target, f.name)
+                for f in dataclasses.fields(target)
+                if f.name not in newer
+            }
+            restored = self._manager.restore(step, args=ocp.args.StandardRestore(kept))
+            return target.replace(**restored)
         except Exception as e:
             error = self._damaged(step, e)
         _collect_quietly()
         raise error
+
+    def _fields_newer_than(self, step: int, target: Any) -> set[str]:
+        """Fields of a dataclass `target` (a TrainState) that the checkpoint at `step` does
+        not store and that are None in `target`: state added after the run saved (an option
+        it did not use), restored as None. Empty for any other target."""
+        if not dataclasses.is_dataclass(target) or not hasattr(target, "replace"):
+            return set()
+        try:
+            metadata = self._manager.item_metadata(step)
+        except Exception:
+            return set()
+        stored = getattr(metadata, "tree", metadata)
+        if not isinstance(stored, Mapping):
+            return set()
+        return {
+            f.name
+            for f in dataclasses.fields(target)
+            if f.name not in stored and getattr(target, f.name) is None
+        }
 
     def _damaged(self, step: int, e: BaseException | str) -> ValueError:
         """The one-line error for a step whose files do not read back or differ from their

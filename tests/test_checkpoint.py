@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import flax
 import jax
@@ -103,6 +104,30 @@ def test_checkpointer__restore_from_concrete_target_and_new_instance(tmp_path):
         assert ckpt.latest_step() == 3
         restored = ckpt.restore(None, _state(scale=0.0))
     _assert_tree_equal(restored, state)
+
+
+@flax.struct.dataclass
+class NewerTrainState:
+    """TrainState with a field added later (None unless an option uses it)."""
+
+    params: dict
+    opt_state: optax.OptState
+    step: jax.Array
+    extra: Any = None
+
+
+def test_checkpointer__state_fields_added_later_restore_as_none(tmp_path):
+    state = _state()
+    with _checkpointer(tmp_path) as ckpt:
+        ckpt.save(3, state)
+    newer = NewerTrainState(params=state.params, opt_state=state.opt_state, step=state.step)
+    with _checkpointer(tmp_path) as ckpt:
+        restored = ckpt.restore(3, jax.tree.map(jnp.zeros_like, newer))
+    assert isinstance(restored, NewerTrainState) and restored.extra is None
+    _assert_tree_equal(restored, newer)
+    # A field the run did not store but the target needs (not None) is still refused.
+    with _checkpointer(tmp_path) as ckpt, pytest.raises(ValueError, match="extra: not in"):
+        ckpt.restore(3, newer.replace(extra=jnp.ones(2)))
 
 
 def test_checkpointer__max_to_keep_and_latest_step(tmp_path):
