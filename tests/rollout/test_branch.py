@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl4agents import sharding
+from rl4agents import credit, sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import branch
 from rl4agents.rollout import rollout as rollout_lib
@@ -214,3 +214,14 @@ def test_branch__sharded_mesh_equals_one_device():
     single, _ = _run(cfg=cfg, bc=bc)
     np.testing.assert_array_equal(sharded.tokens, single.tokens)
     np.testing.assert_allclose(sharded.logp_behavior, single.logp_behavior, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["vineppo", "tree_grpo", "arpo", "salt", "grpo"])
+def test_branch__estimators_read_the_tree(name):
+    """Every estimator runs on a branching rollout; only sampled tokens get credit."""
+    tree, _ = _run()
+    tree = jax.tree.map(jnp.asarray, tree)
+    out = credit.get(name)(tree, None)
+    adv = np.asarray(out.advantages)
+    assert np.all(np.isfinite(adv))
+    assert np.all(adv[~tree.action_mask] == 0)
