@@ -47,6 +47,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.num_heads = 0
     c.model.num_kv_heads = 0
     c.model.head_dim = 0
+    # LoRA (rl4agents.models.lora, arXiv 2106.09685): adapters of rank `rank` scaled by
+    # alpha / rank on the named projections ("q", "k", "v", "o", "gate", "up", "down"); the
+    # optimizer then trains the adapters (and a value head) only. 0 = off (full fine-tuning).
+    c.model.lora = ml_collections.ConfigDict()
+    c.model.lora.rank = 0
+    c.model.lora.alpha = 16.0
+    c.model.lora.targets = ("q", "k", "v", "o", "gate", "up", "down")
+    # Chat (rl4agents.models.chat): with model.checkpoint, observations are user messages and
+    # actions assistant messages in the checkpoint's chat template, each action ending at its
+    # end-of-turn token. "auto" = when the checkpoint has a template | "on" | "off".
+    c.model.chat = "auto"
+    c.model.system_prompt = ""  # system message opening every episode ("" = none)
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.num_tasks = 32  # tasks per batch
@@ -161,12 +173,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Also evaluate the OOD split (when the env has one) at every eval_every step: eval_ood/...
     # rows beside eval_test/... (its time counts against train.max_minutes).
     c.train.eval_ood = True
+    # Staleness k: episodes are sampled with the parameters of k updates ago, kept in the
+    # training state (k more copies of the parameters in memory and in checkpoints), so the
+    # effects of asynchronous RL and their corrections (loss.tis_cap, mismatch.name) run in
+    # one deterministic program; 0 = on-policy sampling.
+    c.train.staleness = 0
 
     c.init = ml_collections.ConfigDict()
     c.init.params = ""  # start RL from parameters saved by scripts/sft.py (its workdir)
     # Count the warm start's wall time (its summary.json) on this run's clock: curves,
     # milestones and train.max_minutes then measure from the start of SFT.
     c.init.count_wall = False
+    # A run with a value head started from a policy saved without one (the base policy, SFT):
+    # the head starts from this run's initialisation ("fresh"), or a separate critic's decoder
+    # as a copy of the saved policy's ("policy"; its value projection starts at zero).
+    c.init.critic = "fresh"
 
     c.sft = ml_collections.ConfigDict()  # scripts/sft.py: behaviour cloning on oracle demos
     c.sft.num_demos = 256  # oracle episodes on training tasks

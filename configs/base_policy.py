@@ -10,8 +10,10 @@ the stand-in for a pretrained LLM that RL starts from (docs/base_policy.md).
   python scripts/train.py --config=configs/base_policy.py:maze,gigpo ...
 
 The argument is an environment name, optionally followed by a comma and the credit variant
-(default grpo). Variants that need a critic (`ppo_gae`) change `model.value_head`, which the
-base checkpoint does not have: `--config.init.params` refuses them.
+(default grpo). Variants that need a critic (`ppo_gae`) add a value head, which the base
+checkpoint does not have: it starts from the run's initialisation, or with
+`--config.model.value_head=separate --config.init.critic=policy` as a critic whose decoder is a
+copy of the base policy's.
 """
 
 from __future__ import annotations

@@ -604,6 +604,8 @@ _CHOICES: dict[str, list[Any]] = {
     "optim.schedule": ["constant", "cosine"],
     "mesh.axis_types": ["auto", "explicit"],
     "sft.keep": ["success", "all"],
+    "init.critic": ["fresh", "policy"],
+    "model.chat": ["auto", "on", "off"],
 }
 _VARIANT_FIELDS = {"env.name": "env", "credit.name": "credit", "loss.policy": "loss"}
 

@@ -3,7 +3,14 @@
 Importing this package registers every variant module.
 """
 
-from rl4agents.credit import opo, outcome, steps, token  # noqa: F401  (registers variants)
+from rl4agents.credit import (  # noqa: F401  (registers variants)
+    agent_turn,
+    opo,
+    outcome,
+    steps,
+    token,
+    tree,
+)
 from rl4agents.credit.registry import (
     CreditFn,
     CreditOutput,

@@ -38,6 +38,9 @@ COMPAT_KEYS = (
     "model.num_heads",
     "model.num_kv_heads",
     "model.head_dim",
+    "model.lora.rank",  # adapters (and which parameters the optimizer state covers)
+    "model.chat",  # the token stream of a checkpoint's chat template
+    "model.system_prompt",
     "loss.kl_coef",
     "loss.kl_ctrl",  # "adaptive" keeps beta in the training state
     "loss.epo_coef",  # > 0 keeps EPO's running entropy average in the training state
@@ -47,14 +50,26 @@ COMPAT_KEYS = (
     "seed",  # a resumed run replays the randomness of the uninterrupted one
 )
 # Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
-# Runs saved before the adaptive controller, before EPO, and before staleness.
-COMPAT_DEFAULTS = {"loss.kl_ctrl": "fixed", "loss.epo_coef": 0.0, "train.staleness": 0}
+# Runs saved before the adaptive controller, EPO, staleness, LoRA and chat framing.
+COMPAT_DEFAULTS = {
+    "loss.kl_ctrl": "fixed",
+    "loss.epo_coef": 0.0,
+    "train.staleness": 0,
+    "model.lora.rank": 0,
+    "model.chat": "auto",
+    "model.system_prompt": "",
+}
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
 EVAL_KEYS = step_lib.EVAL_KEYS
 EVAL_MODES = ("greedy", "sampled")
 # What a warm start (config.init.params) must share with the run that saved the parameters.
-INIT_COMPAT_KEYS = tuple(k for k in COMPAT_KEYS if k.startswith(("env.", "model.")))
+# LoRA and the chat framing are left out: adapters are the run's own, on top of the saved
+# (full) parameters, and the framing does not change the parameters' shapes.
+_NOT_INIT = ("model.lora.", "model.chat", "model.system_prompt")
+INIT_COMPAT_KEYS = tuple(
+    k for k in COMPAT_KEYS if k.startswith(("env.", "model.")) and not k.startswith(_NOT_INIT)
+)
 
 # Estimators that compare the samples of one task: they need group_size >= 2 (each declares
 # `needs_groups` in the credit registry).
@@ -133,6 +148,7 @@ class Experiment:
             param_dtype=c.param_dtype,
             remat=c.remat,
             attn_chunk=c.attn_chunk,
+            **resolve_lib.lora_settings(self.config),
         )
         params = nnx.split(policy)[1]
         target = self.abstract_state().params

@@ -408,10 +408,17 @@ def _eval_missing(previous: list[dict], start: int, c, splits: tuple[str, ...]) 
 def _warm_start(exp, state, directory: str):
     """`state` with the parameters saved in `directory` (scripts/sft.py) as its start.
 
-    The KL reference, if any, is the warm-started policy (as in RLHF after SFT).
+    The KL reference, if any, is the warm-started policy (as in RLHF after SFT). A value head
+    the saved policy lacks starts from `state`'s initialisation or, for a separate critic with
+    `init.critic="policy"`, as a copy of the saved policy (`sft.load_params`).
     """
     params = sft_lib.load_params(
-        directory, exp.abstract_state().params, exp.config_json, experiment_lib.INIT_COMPAT_KEYS
+        directory,
+        exp.abstract_state().params,
+        exp.config_json,
+        experiment_lib.INIT_COMPAT_KEYS,
+        fresh=state.params,
+        critic_init=exp.config.init.get("critic", "fresh"),
     )
     return _start_from(state, params)
 

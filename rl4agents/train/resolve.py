@@ -28,7 +28,9 @@ import optax
 from flax import nnx
 
 from rl4agents import checks, config_utils, credit, envs, losses, memory, sharding, text
-from rl4agents.models import hf, hf_tokenizer
+from rl4agents.envs import base as envs_base
+from rl4agents.models import chat, hf, hf_tokenizer
+from rl4agents.models import lora as lora_lib
 from rl4agents.models import policy as policy_lib
 from rl4agents.registry import Registry
 from rl4agents.rollout import rollout as rollout_lib
@@ -103,8 +105,10 @@ def make_env(c: ml_collections.ConfigDict) -> Any:
     """
     config_utils.check_choice("env.name", c.env.name, envs.registry.names(backend=None))
     config_utils.check_choice("env.vocab", c.env.vocab, ("builtin", "minimal"))
+    config_utils.check_choice("model.chat", c.model.get("chat", "auto"), CHAT_MODES)
     kwargs = envs.registry.validate(c.env.name, config_utils.to_dict(c.env[c.env.name]))
     folder = checkpoint_folder(c)
+    fmt = None
     if folder:  # a real model: its tokenizer encodes every environment fragment
         if c.env.vocab != "builtin":
             raise ValueError(
@@ -112,7 +116,12 @@ def make_env(c: ml_collections.ConfigDict) -> Any:
                 "checkpoint's own tokenizer is used; allowed: 'builtin' (the default)"
             )
         kwargs = {**kwargs, "tokenizer": hf_tokenizer.HFTokenizer(folder)}
+        # Chat: episodes laid out in the checkpoint's chat template (model.chat).
+        fmt = chat_format(c, kwargs["tokenizer"])
+        kwargs["tokenizer"] = kwargs["tokenizer"] if fmt is None else chat.ChatTokenizer(fmt)
     env = envs.make(c.env.name, **kwargs)
+    if fmt is not None and envs.registry.backend(c.env.name) == "jax":
+        env = envs_base.ChatEnv(env, fmt.framing())  # host rollouts frame with the tokenizer
     if c.env.vocab == "minimal":
         if not envs.registry.ENVIRONMENTS.attr(c.env.name, "minimal_vocab", True):
             raise ValueError(
@@ -121,6 +130,29 @@ def make_env(c: ml_collections.ConfigDict) -> Any:
             )
         env = envs.make(c.env.name, tokenizer=text.minimal_tokenizer(env), **kwargs)
     return env
+
+
+CHAT_MODES = ("auto", "on", "off")  # model.chat
+
+
+def chat_format(c: ml_collections.ConfigDict, tokenizer: Any) -> chat.ChatFormat | None:
+    """The chat layout of a checkpoint's episodes (`model.chat`, `model.system_prompt`), or
+    None: `model.chat="off"`, or "auto" with a tokenizer that has no chat template.
+
+    Raises:
+      ValueError: `model.chat` is not one of "auto", "on", "off"; "on" without a chat
+        template; or a template whose turns cannot be laid out (`chat.ChatFormat`).
+    """
+    mode = c.model.get("chat", "auto")
+    config_utils.check_choice("model.chat", mode, CHAT_MODES)
+    if mode == "off" or (mode == "auto" and tokenizer.chat_template is None):
+        return None
+    if tokenizer.chat_template is None:
+        raise ValueError(
+            f"model.chat='on' but {tokenizer.folder} has no chat template; allowed: 'auto' "
+            "or 'off' for a checkpoint without one"
+        )
+    return chat.ChatFormat.from_tokenizer(tokenizer, c.model.get("system_prompt", ""))
 
 
 def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.ModelConfig:
@@ -137,6 +169,8 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.Mo
         remat=c.model.remat,
         attn_chunk=c.model.attn_chunk,
     )
+    # LoRA: the adapters' settings travel in the ModelConfig (checked there).
+    runtime.update(lora_settings(c))
     overrides = {k: c.model[k] for k in ARCH_FIELDS if c.model[k]}
     folder = checkpoint_folder(c)
     if not folder:
@@ -154,6 +188,19 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.Mo
             f"from its tokenizer's {vocab_size}"
         )
     return cfg
+
+
+def lora_settings(c: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The `ModelConfig` LoRA fields of `config.model.lora` (rank 0 = off), checked."""
+    section = c.model.get("lora", None)
+    if section is None:
+        return {}
+    targets = section.targets
+    targets = tuple(targets) if isinstance(targets, list | tuple) else targets
+    lora_lib.check_settings(section.rank, section.alpha, targets)
+    if not section.rank:
+        return {}
+    return dict(lora_rank=section.rank, lora_alpha=float(section.alpha), lora_targets=targets)
 
 
 def rollout_config(c: ml_collections.ConfigDict) -> rollout_lib.RolloutConfig:
@@ -501,6 +548,20 @@ def _check_sampling(c: ml_collections.ConfigDict, needs_greedy: bool) -> None:
         )
 
 
+def staleness_setting(c: ml_collections.ConfigDict, backend: str) -> int:
+    """`train.staleness`, checked: a whole number >= 0, and 0 unless the rollout is jitted
+    (host environments sample with the current parameters)."""
+    k = c.train.get("staleness", 0)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"train.staleness={k!r}; allowed: a whole number >= 0 (0 = off)")
+    if k and backend != "jax":
+        raise ValueError(
+            f"train.staleness={k} with env.name={c.env.name!r} (rollout backend {backend!r}); "
+            "allowed: 0, stale sampling needs the jitted rollout"
+        )
+    return k
+
+
 def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = False) -> Run:
     """Check `config` and resolve it into a `Run`.
 
@@ -536,6 +597,11 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
     backend_check: Callable[[Any], None] | None = BACKENDS.attr(backend, "check")
     if backend_check is not None:
         backend_check(c)
+    staleness = staleness_setting(c, backend)
+    # How a warm start fills a value head the saved policy lacks (sft.load_params).
+    config_utils.check_choice(
+        "init.critic", c.init.get("critic", "fresh"), config_utils.choices()["init.critic"]
+    )
     lay = rollout_lib.make_layout(env, rc)  # raises if one turn does not fit
     if mesh is None and check_only:
         sharding.check_mesh_shape(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
@@ -548,6 +614,10 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         check_batch(rc.batch_size, rc.group_size, mesh, "rollout.num_tasks")
     grad_accum = _check_train(c, rc, lay)
     optim = optimizer(c)
+    # LoRA: the optimizer trains the adapters (and a value head) only; base weights get no
+    # update and no optimizer state.
+    if model_cfg.lora_rank:
+        optim = lora_lib.mask_optimizer(optim)
     run = Run(
         config=c,
         backend=backend,
@@ -588,4 +658,5 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         collapse_metrics=c.log.collapse_metrics,
         mi_proxy=c.log.mi_proxy,
     )
+    step_cfg = dataclasses.replace(step_cfg, staleness=staleness)
     return dataclasses.replace(run, mesh=mesh, step_cfg=step_cfg)

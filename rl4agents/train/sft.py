@@ -356,12 +356,25 @@ def load_params(
         ckpt.close()
     if not add_head:
         return restored
-    out = dict(restored.items())
-    for k in head:
-        out[k] = fresh[k]
-    if critic_init == "policy" and "critic" in head:
-        out["critic"] = jax.tree.map(jnp.copy, restored["model"])
-    return nnx.State({k: out[k] for k in fresh.keys()})
+    # The result has `fresh`'s tree (its exact node types): each leaf is the restored one at
+    # the same path, or for the head `fresh`'s own (or the restored decoder's, for a critic
+    # copied from the policy).
+    saved = {_keys(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(restored)[0]}
+    paths, treedef = jax.tree_util.tree_flatten_with_path(fresh)
+    leaves = []
+    for path, leaf in paths:
+        keys = _keys(path)
+        if keys[0] == "critic" and critic_init == "policy":
+            leaf = jnp.copy(saved[("model",) + keys[1:]])
+        elif keys[0] not in head:
+            leaf = saved[keys]
+        leaves.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _keys(path) -> tuple:
+    """A tree path as a tuple of plain keys."""
+    return tuple(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in path)
 
 
 def _stored_value_head(config_path: str) -> str:
