@@ -151,8 +151,11 @@ def vineppo(
 
 
 def _leaf_scores(traj: Trajectory) -> tuple[jax.Array, jax.Array]:
-    """(score f32[B], leaf weight f32[B]): a row is a leaf when it took a turn."""
-    return common.episode_scores(traj), (traj.num_turns > 0).astype(jnp.float32)
+    """(score f32[B], leaf weight f32[B]): a row is a leaf when it took a turn and has
+    something to train on (`common.trainable_episodes`: an episode an episode filter dropped
+    is in no statistic)."""
+    leaf = (traj.num_turns > 0) & common.trainable_episodes(traj)
+    return common.episode_scores(traj), leaf.astype(jnp.float32)
 
 
 def _zscore(x, ids, w, eps, with_std=True) -> jax.Array:

@@ -133,6 +133,10 @@ def test_invalid_action__scores_below_every_valid_action_and_below_the_group_mea
     group = [[float(r[0])], [float(r[1])], [float(worst_valid[0])], [float(best_valid)]]
     parsed = [[False], [False], [True], [True]]
     traj = episodes_traj(group, [0] * 4, action_valid=parsed, entropy=[[1.0]] * 4)
+    # Four different answers: distinct action tokens (estimators that compare histories, salt,
+    # would otherwise see one shared step).
+    rows = jnp.arange(4, dtype=traj.tokens.dtype)[:, None] + 1
+    traj = traj.replace(tokens=jnp.where(traj.action_mask, rows, traj.tokens))
     for est in CRITIC_FREE:
         adv = _per_episode(traj, run_credit(est, traj).advantages)
         assert (adv[:2] < adv.mean()).all(), (est, group, adv)
