@@ -721,8 +721,10 @@ def test_adaptive_kl__beta_is_in_the_state_and_resumes_exactly(tmp_path):
         },
         # step rows of a windowed context, grouped by anchors
         {"credit.name": "gigpo", "rollout.context": "window"},
+        # the sampler's ring of stale parameter copies
+        {"train.staleness": 2},
     ],
-    ids=["ppo_gae", "dynamic_adaptive_tis", "gigpo_window"],
+    ids=["ppo_gae", "dynamic_adaptive_tis", "gigpo_window", "staleness"],
 )
 def test_resume__a_restored_state_takes_the_same_next_step(tmp_path, overrides):
     """The whole training state goes through a checkpoint, and the step's randomness comes
