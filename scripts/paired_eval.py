@@ -32,6 +32,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -238,7 +239,7 @@ def main() -> None:
         kept = merge_rows(read_csv(os.path.join(args.out, "table.csv")), table)
         for row in kept[: len(kept) - len(table)]:
             print(f"kept from {args.out}: {row['env']}", file=sys.stderr)
-            runs = env_workdirs(args.sweep, row["env"])
+            runs = env_workdirs(args.sweep, row["env"]) or saved_run_dirs(args.out, row["env"])
             base_level = float(row["base_test"])
             per_run = [run_curves(w, args.split, base_level) for w in runs]
             curves[row["env"]] = ([h for h, _ in per_run], [t for _, t in per_run], base_level)
@@ -325,6 +326,21 @@ def env_workdirs(sweep_dir: str, env: str) -> list[str]:
             if load_config(workdir).env.name == env:
                 out.append(workdir)
     return out
+
+
+def saved_run_dirs(out: str, env: str) -> list[str]:
+    """The run folders of `env` kept under `out`/run_data (`<env>_seed<k>`, each with its
+    metrics.jsonl): the curves of rows evaluated from a sweep that is no longer on disk."""
+    root = os.path.join(out, "run_data")
+    if not os.path.isdir(root):
+        return []
+    pattern = re.compile(rf"{re.escape(env)}_seed\d+")
+    return [
+        os.path.join(root, name)
+        for name in sorted(os.listdir(root))
+        if pattern.fullmatch(name)
+        and os.path.exists(os.path.join(root, name, results.METRICS_NAME))
+    ]
 
 
 def read_csv(path: str) -> list[dict]:

@@ -107,3 +107,16 @@ def test_write_and_read_csv__round_trip(paired_eval, tmp_path):
         {"env": "sokoban", "delta": -0.5, "seeds": 5, "steps": 7},
     ]
     assert paired_eval.read_csv(str(tmp_path / "none.csv")) == []
+
+
+def test_saved_run_dirs__the_env_s_seed_folders_with_metrics_only(paired_eval, tmp_path):
+    root = tmp_path / "run_data"
+    for name in ("maze_seed1", "maze_seed0", "maze_x_seed0", "frozen_lake_seed0", "maze_seed2"):
+        (root / name).mkdir(parents=True)
+        if name != "maze_seed2":  # no metrics: not a run's curve
+            (root / name / "metrics.jsonl").write_text('{"step": 1, "train/success": 0.5}\n')
+    found = paired_eval.saved_run_dirs(str(tmp_path), "maze")
+    assert [pathlib.Path(p).name for p in found] == ["maze_seed0", "maze_seed1"]
+    assert paired_eval.saved_run_dirs(str(tmp_path / "none"), "maze") == []
+    held_out, train = paired_eval.run_curves(found[0], "test", 0.25)
+    assert held_out == [(0, 0.25)] and train == [(1, 0.5)]
