@@ -35,8 +35,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # weights and tokenizer replace the preset and the built-in vocabulary ("" = none).
     c.model.checkpoint = ""
     c.model.value_head = "none"  # "none" | "shared" | "separate"
-    c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
+    # Compute dtype: "float32" | "bfloat16" (bf16 products accumulate in f32; norms, softmax,
+    # logits and losses stay f32). param_dtype is the master weights' dtype: keep float32.
+    c.model.dtype = "float32"
     c.model.param_dtype = "float32"
+    # Slots per block of the teacher-forced LM head + log-softmax + entropy (0 = all at once):
+    # caps the live logits at [B, logit_chunk, V], forward and backward.
+    c.model.logit_chunk = 0
     c.model.remat = False
     # Query block of the teacher-forced pass (the update): each block attends only keys before
     # its end, skipping the masked half of causal attention (0 = one block).

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rl4agents.models import lora as lora_lib
+from rl4agents.models import sampling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,9 @@ class ModelConfig:
     # Query block size of the teacher-forced (no-cache) pass: block [c, c + attn_chunk) attends
     # only keys before its end, which skips the masked upper triangle (0 = one block).
     attn_chunk: int = 128
+    # Slots per chunk of the LM head, log-softmax and entropy of `Policy.log_probs` (0 = all
+    # slots at once): only a [B, logit_chunk, V] block of logits is live, forward and backward.
+    logit_chunk: int = 0
     # LoRA (`rl4agents.models.lora`): adapters of rank `lora_rank` (0 = off) scaled by
     # lora_alpha / lora_rank on the projections named in `lora_targets`; every other
     # parameter but the value head is frozen.
@@ -66,6 +70,8 @@ class ModelConfig:
             )
         if self.attn_chunk < 0:
             raise ValueError(f"model.attn_chunk={self.attn_chunk}; allowed: >= 0 (0 = off)")
+        if self.logit_chunk < 0:
+            raise ValueError(f"model.logit_chunk={self.logit_chunk}; allowed: >= 0 (0 = off)")
         for field in ("dtype", "param_dtype"):
             if getattr(self, field) not in ("float32", "bfloat16"):
                 raise ValueError(
@@ -143,6 +149,12 @@ class Output(NamedTuple):
     cache: tuple[LayerCache, ...] | None
 
 
+class Features(NamedTuple):
+    hidden: jax.Array  # [B, S, D] final-norm hidden states, in the compute dtype
+    values: jax.Array | None  # f32[B, S] or None
+    cache: tuple[LayerCache, ...] | None
+
+
 def _dtype(name: str):
     return jnp.bfloat16 if name == "bfloat16" else jnp.float32
 
@@ -188,12 +200,27 @@ def rope(
     return out.astype(x.dtype)
 
 
-def _dense(rngs, d_in, d_out, param_dtype, bias=False):
+def _accumulate(dtype):
+    """`preferred_element_type` of a product in compute dtype `dtype`: bf16 products
+    accumulate in and return f32 (as CPU bf16 dot units and GPU tensor cores compute them);
+    None leaves f32 products as they are."""
+    return jnp.float32 if dtype == jnp.bfloat16 else None
+
+
+def _dense(rngs, d_in, d_out, param_dtype, bias=False, dtype=None):
+    """A linear layer whose inputs and kernel are cast to the compute dtype `dtype`.
+
+    Without `dtype`, `nnx.Linear` would promote to the wider of the two, running bf16
+    activations times f32 master weights as an f32 product. A bf16 product returns f32 (see
+    `_accumulate`); callers cast it back to the compute dtype.
+    """
     return nnx.Linear(
         d_in,
         d_out,
         use_bias=bias,
+        dtype=dtype,
         param_dtype=param_dtype,
+        preferred_element_type=_accumulate(dtype),
         rngs=rngs,
         kernel_init=nnx.initializers.normal(0.02),
     )
@@ -224,19 +251,20 @@ def attend(q, k, v, mask, dtype):
     scores = scores.reshape(b, n, g, s, t) / jnp.sqrt(jnp.float32(hd))
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.float32(-1e30))
     probs = jax.nn.softmax(scores, axis=-1).astype(dtype).reshape(b, n, g * s, t)
-    out = jnp.einsum("bnqt,bnth->bnqh", probs, v).reshape(b, n, g, s, hd)
+    out = jnp.einsum("bnqt,bnth->bnqh", probs, v, preferred_element_type=_accumulate(dtype))
+    out = out.astype(dtype).reshape(b, n, g, s, hd)
     return jnp.transpose(out, (0, 3, 1, 2, 4))
 
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        pd = _dtype(cfg.param_dtype)
+        pd, dt = _dtype(cfg.param_dtype), _dtype(cfg.dtype)
         self.cfg = cfg
         h, kv, hd, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.d_model
-        self.q_proj = _dense(rngs, d, h * hd, pd, cfg.qkv_bias)
-        self.k_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias)
-        self.v_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias)
-        self.o_proj = _dense(rngs, h * hd, d, pd)
+        self.q_proj = _dense(rngs, d, h * hd, pd, cfg.qkv_bias, dt)
+        self.k_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias, dt)
+        self.v_proj = _dense(rngs, d, kv * hd, pd, cfg.qkv_bias, dt)
+        self.o_proj = _dense(rngs, h * hd, d, pd, dtype=dt)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(hd, cfg.norm_eps, pd, frozen=cfg.lora_rank > 0)
             self.k_norm = RMSNorm(hd, cfg.norm_eps, pd, frozen=cfg.lora_rank > 0)
@@ -327,17 +355,17 @@ class Attention(nnx.Module):
 
     def _qkv(self, x):
         """q, k, v projections of x as one matmul over the concatenated kernels (and biases),
-        promoted as `nnx.Linear` promotes each. One wider product instead of three makes the
-        update's forward + backward faster, and decode steps a little
+        in the compute dtype as each `_dense` layer computes. One wider product instead of
+        three makes the update's forward + backward faster, and decode steps a little
         (`scripts/bench_fusions.py`)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         lora = self.cfg.lora_rank > 0
         w = lora_lib.freeze(jnp.concatenate([p.kernel[...] for p in projs], axis=1), lora)
-        ct = jnp.promote_types(x.dtype, w.dtype)
-        y = jnp.dot(x.astype(ct), w.astype(ct))
+        ct = _dtype(self.cfg.dtype)
+        y = jnp.dot(x.astype(ct), w.astype(ct), preferred_element_type=_accumulate(ct))
         if self.cfg.qkv_bias:
             bias = lora_lib.freeze(jnp.concatenate([p.bias[...] for p in projs]), lora)
-            y = y + bias.astype(ct)
+            y = y + bias.astype(y.dtype)
         q_width = self.q_proj.kernel.shape[1]
         out = jnp.split(y, [q_width, q_width + self.k_proj.kernel.shape[1]], axis=-1)
         if lora:  # each target's adapter on its own slice of the fused product
@@ -352,23 +380,23 @@ class Attention(nnx.Module):
 
 class MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        pd = _dtype(cfg.param_dtype)
-        self.gate_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd)
-        self.up_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd)
-        self.down_proj = _dense(rngs, cfg.d_ff, cfg.d_model, pd)
-        self.dtype = _dtype(cfg.dtype)
+        pd, dt = _dtype(cfg.param_dtype), _dtype(cfg.dtype)
+        self.gate_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd, dtype=dt)
+        self.up_proj = _dense(rngs, cfg.d_model, cfg.d_ff, pd, dtype=dt)
+        self.down_proj = _dense(rngs, cfg.d_ff, cfg.d_model, pd, dtype=dt)
+        self.dtype = dt
         self.cfg = cfg
         for name in lora_lib.targets_in(cfg, "mlp"):
             lora_lib.attach(getattr(self, name), cfg.lora_rank, rngs)
 
     def __call__(self, x):
-        # Gate and up projections as one matmul (as nnx.Linear computes each: inputs and kernel
-        # promoted to a common dtype); one wide product is faster forward and backward.
+        # Gate and up projections as one matmul (as each `_dense` layer computes: inputs and
+        # kernel in the compute dtype); one wide product is faster forward and backward.
         cfg = self.cfg
         w = jnp.concatenate([self.gate_proj.kernel[...], self.up_proj.kernel[...]], axis=1)
         w = lora_lib.freeze(w, cfg.lora_rank > 0)
-        ct = jnp.promote_types(x.dtype, w.dtype)
-        y = jnp.dot(x.astype(ct), w.astype(ct))
+        ct = self.dtype
+        y = jnp.dot(x.astype(ct), w.astype(ct), preferred_element_type=_accumulate(ct))
         if not cfg.lora_rank:
             gate, up = jnp.split(y.astype(self.dtype), 2, axis=-1)
             return self.down_proj(jax.nn.silu(gate) * up).astype(self.dtype)
@@ -523,7 +551,7 @@ class Policy(nnx.Module):
         self.cfg = cfg
         self.model = Decoder(cfg, rngs)
         if not cfg.tie_embeddings:
-            self.lm_head = _dense(rngs, cfg.d_model, cfg.vocab_size, pd)
+            self.lm_head = _dense(rngs, cfg.d_model, cfg.vocab_size, pd, dtype=_dtype(cfg.dtype))
         if cfg.value_head == "separate":
             self.critic = Decoder(cfg, rngs)
         if cfg.value_head != "none":
@@ -541,6 +569,16 @@ class Policy(nnx.Module):
         if lora:
             return lora_lib.project(self.lm_head, hidden, self.cfg, False).astype(jnp.float32)
         return self.lm_head(hidden).astype(jnp.float32)
+
+    def log_probs(
+        self, hidden: jax.Array, targets: jax.Array, temperature: float = 1.0
+    ) -> tuple[jax.Array, jax.Array]:
+        """Log-prob of `targets` (int32[B, R]) and entropy under softmax(logits / temperature)
+        at hidden states [B, R, D] (`features`), f32[B, R] each; the head and log-softmax run
+        `cfg.logit_chunk` slots at a time (`sampling.token_log_probs`)."""
+        return sampling.token_log_probs(
+            self.logits, hidden, targets, temperature, self.cfg.logit_chunk
+        )
 
     def __call__(
         self,
@@ -581,6 +619,26 @@ class Policy(nnx.Module):
           Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None), with
           R in place of S given `rows`.
         """
+        hidden, values, cache = self.features(
+            tokens, positions, mask, cache, write_index, with_values, rows, prefix, group, shard
+        )
+        return Output(self.logits(hidden), values, cache)
+
+    def features(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        cache: tuple[LayerCache, ...] | None = None,
+        write_index: jax.Array | int = 0,
+        with_values: bool = False,
+        rows: jax.Array | None = None,
+        prefix: int = 0,
+        group: int = 1,
+        shard: Callable[[jax.Array], jax.Array] | None = None,
+    ) -> Features:
+        """The forward pass up to the LM head (arguments as `__call__`): hidden states
+        [B, S, D] (R in place of S given `rows`) for `logits` or `log_probs`, values, cache."""
         hidden, cache = self.model(
             tokens, positions, mask, cache, write_index, rows, prefix, group, shard
         )
@@ -592,7 +650,7 @@ class Policy(nnx.Module):
                 tokens, positions, mask, rows=rows, prefix=prefix, group=group, shard=shard
             )
             values = self.value_proj(critic_hidden).astype(jnp.float32)[..., 0]
-        return Output(self.logits(hidden), values, cache)
+        return Features(hidden, values, cache)
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> tuple[LayerCache, ...]:

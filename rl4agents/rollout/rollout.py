@@ -587,7 +587,9 @@ def score(
       slots: optional int32[B, R], distinct slots per row: score these slots only (e.g. the
         action slots a loss reads). The last layer then computes its queries, attention
         output and MLP, and the LM head and log-softmax run, at the R slots that predict them
-        only; every slot still enters the keys and values. The other slots get 0.
+        only; every slot still enters the keys and values. The other slots get 0. With
+        `model.cfg.logit_chunk` > 0 the LM head, log-softmax and entropy run that many slots
+        at a time (`Policy.log_probs`), never holding all [B, R, V] (or [B, T, V]) logits.
       prefix, group: static; the first `prefix` slots of each run of `group` consecutive rows
         are equal (the prompt a task's G samples share): computed once per run (see
         `policy.Decoder`). 0 = no sharing. Equal to the unshared pass (up to float summation
@@ -611,7 +613,7 @@ def score(
         src = jnp.take_along_axis(prev, slots, axis=1)  # [B, R] the predicting slots
         has_prev = src >= 0
         src = jnp.maximum(src, 0)
-        out = model(
+        out = model.features(
             tokens,
             positions,
             mask,
@@ -621,13 +623,11 @@ def score(
             group=group,
             shard=shard,
         )
-        logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, R, V]
         # the token each predicting slot predicts: its next valid slot's (as the full pass)
         target = jnp.take_along_axis(
             tokens, jnp.minimum(jnp.take_along_axis(nxt, src, axis=1), t - 1), axis=1
         )
-        logp = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
-        ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+        logp, ent = model.log_probs(out.hidden, target, temperature)  # [B, R] each
 
         # a scatter per row (vmapped): row-local under a batch-sharded mesh, where a scatter
         # indexed by (row, slot) pairs made the partitioner gather the batch on every device
@@ -639,13 +639,11 @@ def score(
 
         values = None if out.values is None else put(out.values)
         return Scores(put(logp), put(ent), values)
-    out = model(
+    out = model.features(
         tokens, positions, mask, with_values=with_values, prefix=prefix, group=group, shard=shard
     )
-    logp_all = sampling.scaled_log_probs(out.logits, temperature)  # [B, T, V]
     target = jnp.take_along_axis(tokens, jnp.minimum(nxt, t - 1), axis=1)
-    logp_src = jnp.take_along_axis(logp_all, target[..., None], axis=2)[..., 0]
-    ent_src = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    logp_src, ent_src = model.log_probs(out.hidden, target, temperature)  # [B, T] each
     has_prev = prev >= 0
     src = jnp.maximum(prev, 0)
 
