@@ -80,6 +80,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # context="full": run the K turns in this many groups, each with a KV cache only as long as
     # its turns need (early turns skip attending empty slots; each group compiles its own turn).
     c.rollout.turn_groups = 1
+    # Branching rollouts (docs/methods.md, "Branching rollouts"): fork num_branches
+    # continuations from chosen turns of each episode, B x (1 + M x num_branches) episodes per
+    # step (M fork slots per episode: max_turns for "every", len(turns) for "turns", max_forks
+    # otherwise); needed by credit vineppo, tree_grpo, arpo and salt.
+    c.rollout.branch = ml_collections.ConfigDict()
+    c.rollout.branch.rule = "none"  # "none" (off) | "every" | "turns" | "entropy" | "arpo"
+    c.rollout.branch.num_branches = 2  # N continuations per fork point
+    c.rollout.branch.turns = ()  # rule "turns": the fork turns, each in [0, max_turns)
+    c.rollout.branch.max_forks = 1  # rules "entropy" and "arpo": fork slots per episode
+    c.rollout.branch.entropy_threshold = 0.0  # rule "entropy": no fork below this entropy
+    c.rollout.branch.entropy_tokens = 1  # entropy of a turn: mean over its first action tokens
+    c.rollout.branch.arpo_weight = 0.2  # rule "arpo": weight of the entropy rise
+    c.rollout.branch.arpo_prob = 0.5  # rule "arpo": branch probability
 
     c.credit = ml_collections.ConfigDict()
     c.credit.name = "grpo"

@@ -12,7 +12,9 @@ estimators here read that structure through two arrays:
   the step of turn k - 1.
 
 On a plain `Trajectory` (no tree) every row is its own tree: rows share only the prompt of their
-task, so each estimator still runs (docs/methods.md gives what each reduces to).
+task, so each estimator still runs (docs/methods.md gives what each reduces to). Each is
+declared `needs_tree` (`requires_tree`): a config that trains with one and no branching rule
+(`rollout.branch.rule="none"`) is refused at start-up.
 
 Leaf scores are `common.episode_scores` (the outcome minus the summed token penalty); a row
 is a leaf when it took a turn. Standard deviations are unbiased (ddof=1); a group of one gives 0.
@@ -27,7 +29,8 @@ import jax.numpy as jnp
 from rl4agents.checks import check_range
 from rl4agents.credit import common
 from rl4agents.credit.outcome import _check_choice
-from rl4agents.credit.registry import CreditOutput, register
+from rl4agents.credit.registry import CreditOutput, declare, register
+from rl4agents.registry import for_section
 from rl4agents.types import Trajectory
 
 
@@ -59,6 +62,12 @@ def tree_of(traj: Trajectory) -> tuple[jax.Array, jax.Array, jax.Array]:
         own = jnp.arange(b * k, dtype=jnp.int32).reshape(b, k)
         return own, jnp.arange(b, dtype=jnp.int32), jnp.zeros((b,), jnp.int32)
     return steps, traj.root, traj.fork_turn
+
+
+def requires_tree(name: str) -> bool:
+    """Whether credit function `name` is declared `needs_tree`: the train step runs it only
+    on a branching rollout (`rollout.branch.rule` other than "none"), whose tree it reads."""
+    return bool(for_section("credit").attr(name, "needs_tree", False))
 
 
 def state_ids(traj: Trajectory, steps: jax.Array) -> jax.Array:
@@ -120,8 +129,9 @@ def vineppo(
         the tree metadata.
       values: unused (critic-free).
       gamma: turn discount (VinePPO uses 1).
-      train_on: "roots" (VinePPO: branches only estimate values, their advantages are 0) or
-        "all" (every row's sampled steps).
+      train_on: "roots" (VinePPO: branches only estimate values, their advantages are 0,
+        and the train step leaves their tokens out of the loss) or "all" (every row's
+        sampled steps).
 
     Returns:
       CreditOutput(advantages f32[B, T], returns None, metrics).
@@ -351,3 +361,10 @@ def salt(
     per_step = jnp.where(traj.turn_valid, per_step, 0.0)
     metrics = {"salt_node_size": common.masked_mean(count, traj.turn_valid)}
     return CreditOutput(common.turns_to_tokens(per_step, traj), None, metrics)
+
+
+# These estimators compare the continuations of a branching rollout; on a plain batch they
+# reduce to simpler ones (RLOO on the first turn, GRPO; docs/methods.md), so the train step
+# runs them only with a branching rule (`requires_tree`, `rollout.branch`).
+for _name in ("vineppo", "tree_grpo", "arpo", "salt"):
+    declare(_name, needs_tree=True)

@@ -16,6 +16,7 @@ the branch's trajectory (tokens, rewards, `turn_valid`: its return is a whole ep
 but not in its `action_mask` (and its `logp_behavior` / `entropy_behavior` are 0 there): every
 sampled token is trained once, on the row that sampled it. The tree metadata
 (`credit.tree.TreeTrajectory`) says who forked from whom; docs/methods.md, "Branching rollouts".
+The train step samples with it when the config sets `rollout.branch.rule` (`StepConfig.branch`).
 
 Costs: the carry is kept for all K turns of the roots (under context="full" K copies of the
 roots' KV cache); the branches run one turn loop over turns `k_start..K-1`, where `k_start` is
@@ -28,12 +29,14 @@ and the branch rebuilds its context from them like any turn does, so forking is 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rl4agents.checks import check_range
 from rl4agents.credit.tree import TreeTrajectory
 from rl4agents.rollout import rollout as rollout_lib
 
@@ -75,25 +78,46 @@ class BranchConfig:
             return len(self.turns)
         return self.max_forks
 
+    def num_rows(self, batch: int, num_turns: int) -> int:
+        """Rows of a branching rollout of `batch` roots and `num_turns` turns: B (1 + M N)."""
+        return batch * (1 + self.fork_slots(num_turns) * self.num_branches)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 def check_config(bc: BranchConfig, num_turns: int, action_len: int) -> None:
-    """Raise ValueError naming the first bad value of `bc` for K turns of A action slots."""
+    """Raise ValueError naming the first bad value of `bc` (as its config key
+    `rollout.branch.<field>`) for K = `num_turns` turns of `action_len` action slots."""
     if bc.rule not in RULES:
-        raise ValueError(f"branch.rule={bc.rule!r}; allowed: {list(RULES)}")
-    if bc.num_branches < 1:
-        raise ValueError(f"branch.num_branches={bc.num_branches}; allowed: >= 1")
+        raise ValueError(f"rollout.branch.rule={bc.rule!r}; allowed: {list(RULES)}")
+    if not _whole(bc.num_branches) or bc.num_branches < 1:
+        raise ValueError(f"rollout.branch.num_branches={bc.num_branches!r}; allowed: >= 1")
     if bc.rule == "turns":
         if not bc.turns:
-            raise ValueError("branch.turns=(); allowed: one or more turns in [0, K) for 'turns'")
-        bad = [t for t in bc.turns if not 0 <= t < num_turns]
-        if bad:
-            raise ValueError(f"branch.turns={bc.turns}; allowed: turns in [0, {num_turns})")
-    if bc.rule in ("entropy", "arpo") and bc.max_forks < 1:
-        raise ValueError(f"branch.max_forks={bc.max_forks}; allowed: >= 1")
-    if not 1 <= bc.entropy_tokens <= action_len:
-        raise ValueError(f"branch.entropy_tokens={bc.entropy_tokens}; allowed: 1..{action_len}")
-    if not 0.0 <= bc.arpo_prob <= 1.0:
-        raise ValueError(f"branch.arpo_prob={bc.arpo_prob}; allowed: [0, 1]")
+            raise ValueError(
+                f"rollout.branch.turns={bc.turns!r} with rule 'turns'; allowed: one or more "
+                f"turns in [0, {num_turns})"
+            )
+        if not all(_whole(t) and 0 <= t < num_turns for t in bc.turns):
+            raise ValueError(
+                f"rollout.branch.turns={bc.turns!r}; allowed: whole turns in [0, {num_turns})"
+            )
+    if bc.rule in ("entropy", "arpo") and (not _whole(bc.max_forks) or bc.max_forks < 1):
+        raise ValueError(f"rollout.branch.max_forks={bc.max_forks!r}; allowed: >= 1")
+    if not _whole(bc.entropy_tokens) or not 1 <= bc.entropy_tokens <= action_len:
+        raise ValueError(
+            f"rollout.branch.entropy_tokens={bc.entropy_tokens!r}; allowed: 1..{action_len} "
+            "(rollout.max_action_len)"
+        )
+    h = bc.entropy_threshold
+    if isinstance(h, bool) or not isinstance(h, int | float) or math.isnan(h):
+        raise ValueError(
+            f"rollout.branch.entropy_threshold={h!r}; allowed: a number (-inf: no threshold)"
+        )
+    check_range("rollout.branch.arpo_weight", bc.arpo_weight)
+    check_range("rollout.branch.arpo_prob", bc.arpo_prob, 0.0, 1.0)
 
 
 def turn_entropy(entropy: jax.Array, action: jax.Array, first: int) -> jax.Array:

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 class Batch(NamedTuple):
     tokens: jax.Array  # int32[B, T]
     valid_mask: jax.Array  # bool[B, T]
-    action_mask: jax.Array  # bool[B, T] (less the tokens a mismatch correction drops)
+    # bool[B, T] (less the tokens a mismatch correction drops, and the branches' tokens under
+    # `StepConfig.train_roots_only`)
+    action_mask: jax.Array
     logp_old: jax.Array  # f32[B, T]
     advantages: jax.Array  # f32[B, T]
     returns: jax.Array  # f32[B, T] (zeros without a critic)
@@ -132,6 +134,17 @@ def epo_rows(state: TrainState, rows: int) -> jax.Array:
     return jnp.broadcast_to(state.entropy_avg.astype(jnp.float32), (rows, 2))
 
 
+def root_rows(n: int, cfg: StepConfig) -> jax.Array:
+    """bool[n]: the update's rows (episodes, or their step rows under context="window") that
+    belong to the B = num_tasks x group_size roots of a branching rollout, which come first."""
+    if n % cfg.num_rows:
+        raise ValueError(
+            f"the update got {n} rows, but rollout.branch makes {cfg.num_rows} episodes per "
+            "step; allowed: the episodes of a branching rollout (or their step rows)"
+        )
+    return jnp.arange(n) < cfg.rollout.batch_size * (n // cfg.num_rows)
+
+
 def prepare_batch(
     state: TrainState, traj: Trajectory, cfg: StepConfig, rows: rollout_lib.StepRows | None = None
 ):
@@ -140,6 +153,8 @@ def prepare_batch(
     Credit is assigned on the episodes (`traj`, full-history slots); the update trains on the
     episodes cut to `views.train_length(cfg)` slots, or with `rows` (context="window") on the
     step rows, with values, penalties and advantages moved between the two on action slots.
+    Under `cfg.train_roots_only` the branches' tokens leave the batch's `action_mask` after
+    the credit has read them.
 
     Returns a `Batch` of N rows and advantage metrics.
     """
@@ -218,6 +233,8 @@ def prepare_batch(
         kl_metrics = {**kl_metrics, **mismatch_lib.kept_metrics(keep, mask)}
         mask = keep
         logp_old = jnp.where(mask, logp_learner, 0.0)
+    if cfg.train_roots_only:  # the branches served the credit alone (VinePPO's value rollouts)
+        mask = mask & root_rows(mask.shape[0], cfg)[:, None]
     batch = Batch(
         tokens=tokens,
         valid_mask=valid,

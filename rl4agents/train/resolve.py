@@ -28,11 +28,13 @@ import optax
 from flax import nnx
 
 from rl4agents import checks, config_utils, credit, envs, losses, memory, sharding, text
+from rl4agents.credit import tree as credit_tree
 from rl4agents.envs import base as envs_base
 from rl4agents.models import chat, hf, hf_tokenizer
 from rl4agents.models import lora as lora_lib
 from rl4agents.models import policy as policy_lib
 from rl4agents.registry import Registry
+from rl4agents.rollout import branch as branch_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import sampling as sampling_lib
 from rl4agents.train import state as state_lib
@@ -51,6 +53,7 @@ config_utils.declare_choices("loss.kl_estimator", losses.KL_KINDS)
 config_utils.declare_choices("loss.kl_reward_estimator", losses.KL_KINDS)
 config_utils.declare_choices("mismatch.name", ["none", *losses.mismatch.names()])
 config_utils.declare_choices("sampling.filter", ["none", *sampling_lib.EPISODE_FILTERS.names()])
+config_utils.declare_choices("rollout.branch.rule", ["none", *branch_lib.RULES])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -238,6 +241,58 @@ def rollout_config(c: ml_collections.ConfigDict) -> rollout_lib.RolloutConfig:
     )
 
 
+def branch_config(
+    c: ml_collections.ConfigDict, lay: rollout_lib.Layout, backend: str
+) -> branch_lib.BranchConfig | None:
+    """The branching rule of `config.rollout.branch`, checked, or None for rule "none".
+
+    Refuses a credit estimator that reads a tree (`credit.tree.requires_tree`) without
+    branching, and with branching what assumes B = num_tasks x group_size episodes in groups
+    of G rows: DAPO dynamic sampling, the top-p variance filter and the mutual-information
+    proxy. Host environments cannot fork (their state is not a value).
+    """
+    r = c.rollout.branch
+    config_utils.check_choice("rollout.branch.rule", r.rule, ["none", *branch_lib.RULES])
+    if r.rule == "none":
+        if credit_tree.requires_tree(c.credit.name):
+            raise ValueError(
+                f"credit.name={c.credit.name!r} reads the tree of a branching rollout, but "
+                "rollout.branch.rule='none'; allowed: a rule of "
+                f"{list(branch_lib.RULES)} (docs/methods.md, 'Branching rollouts')"
+            )
+        return None
+    turns = r.turns
+    bc = branch_lib.BranchConfig(
+        rule=r.rule,
+        num_branches=r.num_branches,
+        turns=tuple(turns) if isinstance(turns, list | tuple) else turns,
+        max_forks=r.max_forks,
+        entropy_threshold=r.entropy_threshold,
+        entropy_tokens=r.entropy_tokens,
+        arpo_weight=r.arpo_weight,
+        arpo_prob=r.arpo_prob,
+    )
+    branch_lib.check_config(bc, lay.turns, lay.action)
+    refused = (
+        ("sampling.dynamic", c.sampling.dynamic, c.sampling.dynamic, "False"),
+        ("sampling.filter", c.sampling.filter, c.sampling.filter == "top_p_variance", "'none'"),
+        ("log.mi_proxy", c.log.mi_proxy, c.log.mi_proxy, "False"),
+    )
+    for field, value, bad, allowed in refused:
+        if bad:
+            raise ValueError(
+                f"{field}={value!r} with rollout.branch.rule={r.rule!r}: it assumes groups of "
+                "rollout.group_size contiguous rows, a branching batch has B x (1 + M x N) "
+                f"rows; allowed: {allowed}, or rollout.branch.rule='none'"
+            )
+    if backend != "jax":
+        raise ValueError(
+            f"rollout.branch.rule={r.rule!r} with env.name={c.env.name!r} (rollout backend "
+            f"{backend!r}); allowed: 'none', forking needs the jitted rollout"
+        )
+    return bc
+
+
 def loss_settings(c: ml_collections.ConfigDict) -> dict[str, Any]:
     """The `LossConfig` fields of `config.loss` other than the policy loss, checked."""
     lc = c.loss
@@ -418,6 +473,7 @@ def step_config(
     mismatch_kwargs: Mapping[str, Any] | None = None,
     collapse_metrics: bool = False,
     mi_proxy: bool = False,
+    branch: branch_lib.BranchConfig | None = None,
 ) -> step_lib.StepConfig:
     """The train step's `StepConfig`: the one place it is built (`resolve` passes a config's
     values; benchmarks and host-environment code pass their own).
@@ -439,10 +495,21 @@ def step_config(
         and its hyperparameters.
       collapse_metrics: log the reward spread (`step.reward_spread`).
       mi_proxy: log the prompt-swap mutual-information proxy (`step.prompt_mi_gap`).
+      branch: sample with a branching rollout (`rollout.branch`), or None. The teacher-forced
+        passes then share no prompt (`shared_prompt` is set to 0), and a credit function
+        with the hyperparameter train_on="roots" (vineppo) leaves the branches out of the
+        loss (`StepConfig.train_roots_only`).
 
     Raises:
-      ValueError: a variant that does not fit the model, the rollout or the batch split.
+      ValueError: a variant that does not fit the model, the rollout or the batch split, or
+        a credit estimator that reads a tree (`credit.tree.requires_tree`) without `branch`.
     """
+    if branch is None and credit_tree.requires_tree(credit_name):
+        raise ValueError(
+            f"credit.name={credit_name!r} reads the tree of a branching rollout, but no "
+            "branching rule is set; allowed: a rollout.branch.rule of "
+            f"{list(branch_lib.RULES)}, or another credit.name"
+        )
     credit_kw = check_credit(
         credit_name, credit_kwargs, model_cfg.value_head, rollout_cfg.group_size
     )
@@ -479,25 +546,28 @@ def step_config(
         grad_accum=grad_accum,
         shaping=shaping or step_lib.ShapingConfig(),
         sampling=sampling or step_lib.SamplingConfig(),
-        shared_prompt=shared_prompt,
+        shared_prompt=shared_prompt if branch is None else 0,
         collapse_metrics=collapse_metrics,
         mi_proxy=mi_proxy,
+        branch=branch,
+        train_roots_only=branch is not None and credit_kw.get("train_on") == "roots",
     )
 
 
-def _check_train(c: ml_collections.ConfigDict, rc: rollout_lib.RolloutConfig, lay) -> int:
-    """Checks the batch split and the shaping limits; returns train.grad_accum."""
+def _check_train(c: ml_collections.ConfigDict, rows: int, lay) -> int:
+    """Checks the split of a batch of `rows` episodes and the shaping limits; returns
+    train.grad_accum."""
     grad_accum = c.train.get("grad_accum", 1)
-    minibatch = rc.batch_size // max(c.train.minibatches, 1)
+    minibatch = rows // max(c.train.minibatches, 1)
     if grad_accum < 1 or minibatch % grad_accum:
         raise ValueError(
             f"train.grad_accum={grad_accum} does not divide the minibatch of {minibatch} "
             "episodes (batch / train.minibatches); allowed: a divisor of it, >= 1"
         )
-    if rc.batch_size % c.train.minibatches:
+    if rows % c.train.minibatches:
         raise ValueError(
             f"train.minibatches={c.train.minibatches} does not divide the batch of "
-            f"{rc.batch_size} episodes; allowed: a divisor of it"
+            f"{rows} episodes; allowed: a divisor of it"
         )
     buffer, per = c.shaping.overlong_buffer, c.shaping.overlong_per
     if buffer:
@@ -605,6 +675,8 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         "init.critic", c.init.get("critic", "fresh"), config_utils.choices()["init.critic"]
     )
     lay = rollout_lib.make_layout(env, rc)  # raises if one turn does not fit
+    branch = branch_config(c, lay, backend)
+    rows = rc.batch_size if branch is None else branch.num_rows(rc.batch_size, lay.turns)
     if mesh is None and check_only:
         sharding.check_mesh_shape(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
         shape_only = sharding.abstract_mesh(c.mesh.axes, c.mesh.shape)
@@ -613,8 +685,9 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
     else:
         if mesh is None:
             mesh = sharding.make_mesh(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)
+        # B (1 + M N) branching rows (and the B M N branches alone) divide like B
         check_batch(rc.batch_size, rc.group_size, mesh, "rollout.num_tasks")
-    grad_accum = _check_train(c, rc, lay)
+    grad_accum = _check_train(c, rows, lay)
     optim = optimizer(c)
     # LoRA: the optimizer trains the adapters (and a value head) only; base weights get no
     # update and no optimizer state.
@@ -659,6 +732,7 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         mismatch_kwargs=mismatch_kw,
         collapse_metrics=c.log.collapse_metrics,
         mi_proxy=c.log.mi_proxy,
+        branch=branch,
     )
     step_cfg = dataclasses.replace(step_cfg, staleness=staleness)
     return dataclasses.replace(run, mesh=mesh, step_cfg=step_cfg)

@@ -21,6 +21,7 @@ from flax import nnx
 
 from rl4agents import sharding
 from rl4agents.losses import regularizers
+from rl4agents.rollout import branch as branch_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import microbatch, objective, sampling, views
 from rl4agents.train.state import TrainState
@@ -121,11 +122,24 @@ class StepConfig:
     # The sampler's log-probs stay the behaviour policy of every ratio (PPO, TIS, the
     # corrections of `losses.mismatch`), so asynchronous RL runs as one deterministic program.
     staleness: int = 0
+    # Branching rollouts (`rollout.branch`): the step samples with `branch.branch_rollout`,
+    # B (1 + M N) episodes whose tree metadata reaches the credit function; None = off (the
+    # plain rollout of B episodes).
+    branch: branch_lib.BranchConfig | None = None
+    # With `branch`: the loss reads the B roots' tokens only and the branches serve the credit
+    # function alone (VinePPO's value rollouts: a credit hyperparameter train_on="roots").
+    train_roots_only: bool = False
 
     @functools.cached_property
     def layout(self) -> rollout_lib.Layout:
         """The episodes' slot layout, `rollout.make_layout(env, rollout)`, computed once."""
         return rollout_lib.make_layout(self.env, self.rollout)
+
+    @property
+    def num_rows(self) -> int:
+        """Episodes per step: B = num_tasks x group_size, or B (1 + M N) when branching."""
+        b = self.rollout.batch_size
+        return b if self.branch is None else self.branch.num_rows(b, self.layout.turns)
 
 
 def initial_kl_coef(lc: LossConfig) -> jax.Array | None:
@@ -185,6 +199,33 @@ def rollout_metrics(traj: Trajectory, group_size: int) -> dict[str, jax.Array]:
         "zero_std_groups": jnp.mean(jnp.all(rewards == rewards[:, :1], axis=1)),
         "action_tokens": traj.action_mask.sum(axis=1).mean(),
         "context_tokens": traj.valid_mask.sum(axis=1).mean(),
+    }
+
+
+def roots(traj: Trajectory, cfg: StepConfig) -> Trajectory:
+    """The B = num_tasks x group_size root episodes of a step's batch: all of it without
+    branching, else its first B rows (a branching rollout puts its roots first, in group
+    order, then the branches)."""
+    if cfg.branch is None:
+        return traj
+    return jax.tree.map(lambda x: x[: cfg.rollout.batch_size], traj)
+
+
+def branch_metrics(traj: Trajectory, cfg: StepConfig) -> dict[str, jax.Array]:
+    """Scalar summaries of a branching rollout's branch rows (after the B roots).
+
+    Returns:
+      f32[] `branch/forks` (fork points per root: the fork slots the rule used),
+      `branch/reward` and `branch/success` (means over the branches of used slots; 0 when
+      none was used).
+    """
+    b, n = cfg.rollout.batch_size, cfg.branch.num_branches
+    used = traj.fork_turn[b:] < traj.max_turns  # an unused slot's rows have fork turn K
+    count = jnp.maximum(used.sum(), 1)
+    return {
+        "branch/forks": used.sum() / (b * n),
+        "branch/reward": jnp.sum(jnp.where(used, traj.outcome_reward[b:], 0.0)) / count,
+        "branch/success": jnp.sum(used & traj.success[b:]) / count,
     }
 
 
@@ -257,7 +298,9 @@ def train_step(
     """One RL iteration; pure. The step's key is `fold_in(key_root, state.step)`.
 
     The episodes are sampled with `sampler_params(state, cfg)`: the current parameters, or
-    those of `cfg.staleness` updates ago.
+    those of `cfg.staleness` updates ago; with `cfg.branch` by `branch.branch_rollout` (B roots
+    and their B M N branches, a `credit.tree.TreeTrajectory` that the credit function reads),
+    else by `rollout.rollout_rows`.
 
     Args:
       state: the training state.
@@ -277,6 +320,18 @@ def train_step(
     sampler = sampler_params(state, cfg)
     if cfg.sampling.dynamic:
         traj, ds_metrics = sampling.dynamic_rollout(key_rollout, sampler, cfg, shard_fn)
+    elif cfg.branch is not None:
+        traj, rows = branch_lib.branch_rollout(
+            key_rollout,
+            cfg.graphdef,
+            sampler,
+            cfg.env,
+            cfg.env_params,
+            cfg.rollout,
+            cfg.branch,
+            shard_fn=shard_fn,
+        )
+        traj = sampling.shape_rewards(traj, cfg)
     else:
         traj, rows = rollout_lib.rollout_rows(
             key_rollout,
@@ -318,7 +373,9 @@ def update(
 
     Args:
       state: the training state.
-      traj: B episodes in the slot layout of `cfg.rollout` (B = num_tasks x group_size).
+      traj: `cfg.num_rows` episodes in the slot layout of `cfg.rollout`: B = num_tasks x
+        group_size, or with `cfg.branch` the B roots then their branches (`TreeTrajectory`;
+        the rollout metrics read the roots, `branch_metrics` the branches).
       key_perm: key for the minibatch permutation.
       cfg: static step configuration.
       rows: the step rows the policy saw under context="window", else None.
@@ -334,7 +391,9 @@ def update(
     if cfg.sampling.filter_fn is not None:
         traj, extra = sampling.filter_episodes(traj, cfg)
     if cfg.collapse_metrics:
-        extra = {**extra, **reward_spread(sampled, cfg.rollout.group_size)}
+        extra = {**extra, **reward_spread(roots(sampled, cfg), cfg.rollout.group_size)}
+    if cfg.branch is not None:
+        extra = {**extra, **branch_metrics(sampled, cfg)}
     if cfg.mi_proxy:
         extra = {**extra, **prompt_mi_gap(state.params, traj, cfg)}
     batch, adv_metrics = objective.prepare_batch(state, traj, cfg, rows)
@@ -344,7 +403,7 @@ def update(
     metrics = {
         **metrics,
         **adv_metrics,
-        **rollout_metrics(sampled, cfg.rollout.group_size),
+        **rollout_metrics(roots(sampled, cfg), cfg.rollout.group_size),
         **extra,
     }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)

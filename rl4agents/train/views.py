@@ -27,11 +27,12 @@ if TYPE_CHECKING:
 def shared_prefix(cfg: StepConfig, full_batch: bool) -> tuple[int, int]:
     """(prefix, group) for `rollout.score` on the update's rows: the prompt is shared by each
     run of G rows under context="full" when the rows are the whole batch in group order (every
-    pass of `prepare_batch`; the loss's pass with one minibatch and no microbatches). Else
-    (0, 1): no sharing."""
+    pass of `prepare_batch`; the loss's pass with one minibatch and no microbatches) of a
+    rollout without branching. Else (0, 1): no sharing."""
     whole = full_batch or (cfg.minibatches == 1 and cfg.grad_accum == 1)
     g = cfg.rollout.group_size
-    if cfg.shared_prompt and g > 1 and cfg.rollout.context == "full" and whole:
+    plain = cfg.branch is None
+    if cfg.shared_prompt and g > 1 and cfg.rollout.context == "full" and whole and plain:
         return cfg.shared_prompt, g
     return 0, 1
 

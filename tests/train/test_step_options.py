@@ -21,6 +21,7 @@ from flax import nnx
 
 from configs import base
 from rl4agents import credit, sharding
+from rl4agents.credit import tree as credit_tree
 from rl4agents.losses import aggregate as agg_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
@@ -56,8 +57,11 @@ def tiny_config(**overrides):
     c.loss.entropy_coef = 0.01
     c.log.progress = False
     for key, value in overrides.items():
-        section, field = key.split(".")
-        c[section][field] = value
+        *path, field = key.split(".")
+        node = c
+        for part in path:
+            node = node[part]
+        node[field] = value
     c.lock()
     return c
 
@@ -865,6 +869,8 @@ def test_train_step__every_credit_function_runs(name):
     overrides = {"credit.name": name}
     if credit.requires_values(name):
         overrides["model.value_head"] = "shared"
+    if credit_tree.requires_tree(name):
+        overrides["rollout.branch.rule"] = "every"
     exp = build(**overrides)
     state = exp.init_state(jax.random.key(0))
     state, metrics = exp.train_step(state, exp.root_key())

@@ -36,8 +36,11 @@ def tiny_config(**overrides):
     c.checkpoint.every = 2
     c.log.progress = False
     for key, value in overrides.items():
-        *section, field = key.split(".")
-        (c[section[0]] if section else c)[field] = value
+        *path, field = key.split(".")
+        node = c
+        for part in path:
+            node = node[part]
+        node[field] = value
     c.lock()
     return c
 

@@ -1,11 +1,14 @@
 """Every estimator trains on both layouts: with a window covering every turn, the step-row
 update equals the full-history update (token-mean aggregation)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 
 from rl4agents import credit
+from rl4agents.credit import tree as credit_tree
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
 from rl4agents.train import objective as objective_lib
@@ -20,12 +23,17 @@ def _losses(name):
     over = {"credit.name": name, "model.num_layers": 1}  # one layer compiles faster
     if credit.requires_values(name):
         over["model.value_head"] = "shared"
+    if credit_tree.requires_tree(name):  # the update below trains on a plain rollout
+        over["rollout.branch.rule"] = "every"
     full = experiment.build(tiny_config(**over))
     win = experiment.build(
         tiny_config(**over, **{"rollout.context": "window", "rollout.window_turns": 3})
     )
     state = full.init_state(jax.random.key(0))
-    wc, fc = win.step_cfg, full.step_cfg
+    # the update of a plain rollout (a no-op but for the tree estimators' branching)
+    wc, fc = (
+        dataclasses.replace(e.step_cfg, branch=None, train_roots_only=False) for e in (win, full)
+    )
 
     @jax.jit
     def run(state, key):
