@@ -24,7 +24,9 @@
                                   the last layer's k/v inputs at unscored slots (R = L: n x L
                                   x (layers x a(L) + 2 x d_model x c) x trunks / D_b)
                         remat:    n x L x ((layers + 2) x d_model x c + a(L)) x trunks / D_b
-                        logits:   3 x n x R x V x 4 / D_b (logits, log-softmax, its gradient)
+                        logits:   3 x n x R x V x 4 / D_b (logits, log-softmax, its gradient;
+                                  R -> min(R, model.logit_chunk) when that is set, here and in
+                                  the scoring pass)
     optimizer step    gradients + 3 x parameters: the all-reduced gradients and AdamW's new
                       moments before the old are released (XLA's temporaries for the train
                       step on a data-parallel mesh are 4.00 x parameters when activations
@@ -341,6 +343,19 @@ def _rollout_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int, label: s
     )
 
 
+def _live_slots(cfg: policy_lib.ModelConfig, scored: int) -> int:
+    """Slots per row whose logits are live at once: `model.logit_chunk` of the R scored slots
+    when it is set (the head runs over blocks of slots, each recomputed in the backward pass),
+    else all R."""
+    chunk = getattr(cfg, "logit_chunk", 0)
+    return min(scored, chunk) if chunk > 0 else scored
+
+
+def _slots_label(cfg: policy_lib.ModelConfig, scored: int) -> str:
+    live = _live_slots(cfg, scored)
+    return f"R={scored}" if live == scored else f"chunk {live} of R={scored}"
+
+
 def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, config, trunks):
     """Gradients, activations and logits of one minibatch's forward and backward pass."""
     c, n, length = DTYPE_BYTES[cfg.dtype], -(-sz.rows // config.train.minibatches), sz.length
@@ -373,8 +388,9 @@ def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, con
         Term("activations", sz.per_device(n * per_row * trunks), how),
         Term(
             "logits",
-            sz.per_device(LOGIT_COPIES * n * sz.scored * sz.vocab * 4),
-            f"{LOGIT_COPIES} x n={n} x R={sz.scored} x V={sz.vocab} x 4 B / {sz.split}",
+            sz.per_device(LOGIT_COPIES * n * _live_slots(cfg, sz.scored) * sz.vocab * 4),
+            f"{LOGIT_COPIES} x n={n} x {_slots_label(cfg, sz.scored)} x V={sz.vocab} x 4 B"
+            f" / {sz.split}",
         ),
     )
 
@@ -433,12 +449,14 @@ def estimate(
         a_len = _per_token_layer_bytes(cfg, sz.length)
         # the values / TIS pass computes logits at every slot; the KL reference pass at R
         scored = sz.length if needs_values or config.loss.tis_cap > 0 else sz.scored
-        scoring = sz.rows * (sz.length * a_len + scored * LOGIT_COPIES * vocab * 4)
+        live = _live_slots(cfg, scored)
+        scoring = sz.rows * (sz.length * a_len + live * LOGIT_COPIES * vocab * 4)
         phases["scoring"] = (
             Term(
                 "scoring pass",
                 sz.per_device(scoring),
-                f"N={sz.rows} x (L={sz.length} x a({sz.length})={a_len:,} B + R={scored} x "
+                f"N={sz.rows} x (L={sz.length} x a({sz.length})={a_len:,} B + "
+                f"{_slots_label(cfg, scored)} x "
                 f"{LOGIT_COPIES} x V={vocab} x 4 B) / {sz.split}",
             ),
         )

@@ -98,6 +98,18 @@ def test_estimate__tiny_terms_by_hand():
     assert est.state_fully_sharded == math.ceil(4 * TINY_PARAMS * 4 / 8)
 
 
+def test_estimate__logit_chunk_keeps_one_block_of_slots_live():
+    # ECHO scores all T slots (observations too), so a chunk of 16 < T leaves 16 live (and a
+    # chunk >= T, all T).
+    config = tiny_config(**{"loss.echo_coef": 0.1, "loss.kl_coef": 0.1, "model.logit_chunk": 16})
+    est = memory.estimate(_run(config), MESH8)
+    assert est.term("logits") == 3 * B * 16 * V * 4 // 8
+    assert est.term("scoring pass") == B * (T * _a(T) + 16 * 3 * V * 4) // 8
+    assert "chunk 16 of R=93" in next(t.formula for t in est.phases["update"] if t.name == "logits")
+    config = tiny_config(**{"loss.echo_coef": 0.1, "model.logit_chunk": 500})
+    assert memory.estimate(_run(config), MESH8).term("logits") == 3 * B * T * V * 4 // 8
+
+
 def test_estimate__remat_keeps_layer_inputs_and_one_layer():
     config = tiny_config(**{"model.remat": True, "model.dtype": "bfloat16"})
     est = memory.estimate(_run(config), MESH8)
