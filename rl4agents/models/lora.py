@@ -123,23 +123,35 @@ def freeze(x: jax.Array, on: bool) -> jax.Array:
     return jax.lax.stop_gradient(x) if on else x
 
 
+def _product(x: jax.Array, w: jax.Array, dtype) -> jax.Array:
+    """x @ w with both operands cast to the compute dtype `dtype`; a bfloat16 product
+    accumulates in and returns float32 (as the model's dense layers compute)."""
+    acc = jnp.float32 if dtype == jnp.bfloat16 else None
+    return jnp.dot(x.astype(dtype), w.astype(dtype), preferred_element_type=acc)
+
+
 def delta(linear: nnx.Linear, x: jax.Array, factor: float, dtype) -> jax.Array:
-    """factor * (x A) B of `linear`'s adapter: x [..., in] -> [..., out] in `dtype`."""
-    a = linear.lora_a[...].astype(dtype)
-    b = linear.lora_b[...].astype(dtype)
-    return (factor * jnp.dot(jnp.dot(x.astype(dtype), a), b)).astype(dtype)
+    """factor * (x A) B of `linear`'s adapter: x [..., in] -> [..., out].
+
+    Both products take operands in the compute dtype `dtype` (A and B are float32 master
+    weights); in bfloat16 each accumulates in float32, the rank-r middle is cast back to
+    bfloat16, and the result is float32, to be added to the base product's float32 result.
+    """
+    xa = _product(x, linear.lora_a[...], dtype)
+    return factor * _product(xa, linear.lora_b[...], dtype)
 
 
 def project(linear: nnx.Linear, x: jax.Array, cfg: Any, adapt: bool) -> jax.Array:
     """`linear(x)` with its base kernel (and bias) frozen, plus the adapter when `adapt`.
 
-    Inputs and kernel are promoted to a common dtype, as `nnx.Linear` does.
+    Inputs and kernel are cast to the compute dtype `cfg.dtype`, as the model's dense layers
+    do: in bfloat16, bf16 operands whose product accumulates in float32 (the result is
+    float32; callers cast it back to the compute dtype).
     """
-    w = freeze(linear.kernel[...], True)
-    ct = jnp.promote_types(x.dtype, w.dtype)
-    y = jnp.dot(x.astype(ct), w.astype(ct))
+    ct = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+    y = _product(x, freeze(linear.kernel[...], True), ct)
     if linear.bias is not None:
-        y = y + freeze(linear.bias[...], True).astype(ct)
+        y = y + freeze(linear.bias[...], True).astype(y.dtype)
     if adapt:
         y = y + delta(linear, x, scale(cfg), ct)
     return y

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from rl4agents.models import lora as lora_lib
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import sft
@@ -53,6 +54,50 @@ def test_bf16__master_weights_f32_and_every_product_bf16(tied):
     for eqn in dots:
         assert [v.aval.dtype for v in eqn.invars] == [jnp.bfloat16] * 2, eqn
         assert eqn.outvars[0].aval.dtype == jnp.float32, eqn
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_bf16__lora_products_bf16(tied):
+    """With LoRA on every projection, every product (the frozen base kernels, both adapter
+    factors, attention and the head) still multiplies bf16 operands into an f32 result, while
+    the adapters stay f32 master weights."""
+    kw = dict(lora_rank=2, lora_alpha=4.0, lora_targets=tuple(lora_lib.ALL_TARGETS))
+    graphdef, params = _split("bfloat16", tie_embeddings=tied, qkv_bias=True, **kw)
+    assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+    tokens, valid = _batch()
+    model_fn = jax.make_jaxpr(
+        lambda p: rollout_lib.score(nnx.merge(graphdef, p), tokens, valid).logp
+    )
+    dots = list(_dots(model_fn(params).jaxpr))
+    # per layer: the 6 base products as without LoRA, and 2 per adapted projection (7)
+    assert len(dots) == 2 * (6 + 2 * 7) + 1
+    for eqn in dots:
+        assert [v.aval.dtype for v in eqn.invars] == [jnp.bfloat16] * 2, eqn
+        assert eqn.outvars[0].aval.dtype == jnp.float32, eqn
+
+
+def test_bf16__lora_log_probs_close_to_f32():
+    """A LoRA model with non-zero adapters scores the same tokens in bf16 within the bf16
+    tolerance of its f32 scores (atol 1e-2), and the bf16 scores really differ."""
+    kw = dict(lora_rank=2, lora_alpha=4.0, lora_targets=tuple(lora_lib.ALL_TARGETS))
+    graphdef32, params = _split("float32", **kw)
+    graphdef16, _ = _split("bfloat16", **kw)
+    # Non-zero B, so the adapters contribute.
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: (
+            0.1 * jax.random.normal(jax.random.key(3), x.shape, x.dtype)
+            if "lora_b" in jax.tree_util.keystr(path)
+            else x
+        ),
+        params,
+    )
+    tokens, valid = _batch()
+    f32, bf16 = (
+        rollout_lib.score(nnx.merge(g, params), tokens, valid) for g in (graphdef32, graphdef16)
+    )
+    assert bf16.logp.dtype == jnp.float32
+    assert float(jnp.abs(f32.logp - bf16.logp).max()) > 0
+    np.testing.assert_allclose(np.asarray(bf16.logp), np.asarray(f32.logp), atol=1e-2)
 
 
 def test_bf16__log_probs_close_to_f32():
