@@ -15,7 +15,8 @@ Writes to --out:
   per_task.csv   the raw outcomes: env, policy ("base" or "rl"), seed, task, greedy/sampled
                  success and reward (the table is a function of this file and nothing else);
   table.csv      env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,seeds,eval_tasks,minutes
-                 then rl_test per seed, sampled success, the variant, steps, the p-value of a
+                 then rl_test per seed, sampled success (base, RL, and their paired change
+                 with its 95% interval), the variant, steps, the p-value of a
                  two-sided sign-flip test over seeds and the runs' CPU-hours (process CPU
                  time, every thread, summed over seeds; the evaluation here not included);
   table.md       the same as Markdown;
@@ -60,6 +61,9 @@ EXTRA = (
     "rl_test_per_seed",
     "base_sampled",
     "rl_sampled",
+    "sampled_delta",
+    "sampled_ci_low",
+    "sampled_ci_high",
     "variant",
     "steps",
     "p_sign_flip",
@@ -244,7 +248,8 @@ def main() -> None:
             per_run = [run_curves(w, args.split, base_level) for w in runs]
             curves[row["env"]] = ([h for h, _ in per_run], [t for _, t in per_run], base_level)
         raw = merge_rows(read_csv(os.path.join(args.out, "per_task.csv")), raw)
-        table = kept
+        # Rows written before a column existed show it empty.
+        table = [{c: r.get(c, "") for c in COLUMNS + EXTRA} for r in kept]
         curves = {r["env"]: curves[r["env"]] for r in table if curves.get(r["env"], [[]])[0]}
     _write_csv(os.path.join(args.out, "per_task.csv"), raw)
     _write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
@@ -279,6 +284,8 @@ def env_row(
     Returns:
       The row: COLUMNS then EXTRA. `delta` is the mean over seeds and tasks of the greedy
       success change; its interval is `results.paired_bootstrap_ci` (seeds and tasks resampled).
+      `sampled_delta` and its interval are the same for sampled decoding (the policy the RL
+      objective trains), on the same tasks.
     """
     a = np.stack([o["greedy_success"] for o in rl_outs]).astype(np.float64)  # f[S, N]
     b = np.asarray(base_out["greedy_success"], np.float64)  # f[N]
@@ -289,6 +296,9 @@ def env_row(
     mean, lo, hi = results.paired_bootstrap_ci(a, b, samples=samples, seed=0)
     per_seed = a.mean(axis=1) - b.mean()
     p = results.sign_flip_p(per_seed)
+    a_s = np.stack([o["sampled_success"] for o in rl_outs]).astype(np.float64)
+    b_s = np.asarray(base_out["sampled_success"], np.float64)
+    s_mean, s_lo, s_hi = results.paired_bootstrap_ci(a_s, b_s, samples=samples, seed=0)
     return {
         "env": env,
         "base_test": round(float(b.mean()), 4),
@@ -301,7 +311,10 @@ def env_row(
         "minutes": round(float(np.max(info["minutes"])), 1),
         "rl_test_per_seed": " ".join(f"{v:.3f}" for v in a.mean(axis=1)),
         "base_sampled": round(float(np.mean(base_out["sampled_success"])), 4),
-        "rl_sampled": round(float(np.mean([np.mean(o["sampled_success"]) for o in rl_outs])), 4),
+        "rl_sampled": round(float(a_s.mean()), 4),
+        "sampled_delta": round(float(s_mean), 4),
+        "sampled_ci_low": round(float(s_lo), 4),
+        "sampled_ci_high": round(float(s_hi), 4),
         "variant": ",".join(info["variant"]) or "base",
         "steps": " ".join(str(s) for s in info["steps"]),
         "p_sign_flip": None if p is None else round(p, 4),

@@ -61,6 +61,9 @@ def test_env_row__means_interval_and_extras_by_hand(paired_eval):
     assert row["rl_test_per_seed"] == "0.500 0.750 0.250"
     assert row["base_sampled"] == 0.5
     assert row["rl_sampled"] == pytest.approx((0.75 + 1.0 + 0.25) / 3, abs=1e-4)
+    # Sampled: base 0.5; seeds 0.75, 1.0, 0.25, mean 2/3: a change of 1/6.
+    assert row["sampled_delta"] == pytest.approx(1 / 6, abs=1e-4)
+    assert row["sampled_ci_low"] <= row["sampled_delta"] <= row["sampled_ci_high"]
     assert row["steps"] == "40 38 35"
     assert row["p_sign_flip"] == 0.5
     assert row["cpu_hours"] == 1.0  # 3,600 CPU-seconds summed over seeds
@@ -74,6 +77,7 @@ def test_env_row__a_change_on_every_task_and_seed_has_a_degenerate_interval(pair
     rl = [_outcomes(np.ones(6), np.ones(6)) for _ in range(3)]
     row = paired_eval.env_row("sokoban", base, rl, [0, 1, 2], {**INFO, "variant": []}, 500)
     assert (row["delta"], row["delta_ci_low"], row["delta_ci_high"]) == (1.0, 1.0, 1.0)
+    assert (row["sampled_delta"], row["sampled_ci_low"], row["sampled_ci_high"]) == (1, 1, 1)
     assert row["variant"] == "base"
 
 
