@@ -59,6 +59,7 @@ RUNTIME_FIELDS = (
     "param_dtype",
     "remat",
     "attn_chunk",
+    "logit_chunk",
     "lora_rank",
     "lora_alpha",
     "lora_targets",
@@ -182,8 +183,8 @@ def config_from_hf(
       dtype: "float32" or "bfloat16" (or the jnp dtype); both the parameter dtype and the
         compute dtype, unless `overrides` set `dtype`/`param_dtype` separately.
       **overrides: runtime fields of `ModelConfig` (`RUNTIME_FIELDS`: value_head, dtype,
-        param_dtype, remat, attn_chunk, lora_rank, lora_alpha, lora_targets); architecture
-        fields come from the checkpoint only.
+        param_dtype, remat, attn_chunk, logit_chunk, lora_rank, lora_alpha, lora_targets);
+        architecture fields come from the checkpoint only.
 
     Returns:
       The ModelConfig (qkv_bias for Qwen2, qk_norm for Qwen3; rope_theta, rope_scaling,

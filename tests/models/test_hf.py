@@ -2,6 +2,7 @@
 (no downloads), loaded into rl4agents, compared on logits and greedy continuations, exported
 back and reloaded by `transformers`; the local tokenizer.json wrapper drives an environment."""
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -180,6 +181,42 @@ def test_load_pretrained__bf16_close_to_transformers(arch, saved):
     assert logits.dtype == np.float32
     # bf16 tolerance: logits span about +-3; transformers' own bf16 run differs by ~5e-2.
     assert np.abs(logits - ref).max() < 0.15
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jit_log_probs(graphdef, state, tokens):
+    """f32[B, S-1] log p(tokens[:, 1:]) and entropy: the policy's `log_probs` of its own
+    next-token predictions (`cfg.logit_chunk` slots at a time)."""
+    policy = nnx.merge(graphdef, state)
+    b, s = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(s - 1), (b, s - 1))
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((s - 1, s - 1), bool)), (b, s - 1, s - 1))
+    hidden = policy.features(tokens[:, :-1], positions, mask).hidden
+    return policy.log_probs(hidden, tokens[:, 1:])
+
+
+def test_load_pretrained__logit_chunk_is_a_runtime_field_and_keeps_log_probs(saved):
+    folder, ref, _ = saved["qwen2"]  # tied head: the chunked head reads the embedding
+    tokens = _prompt().numpy()
+    whole, cfg_whole = hf.load_pretrained(folder)
+    chunked, cfg = hf.load_pretrained(folder, logit_chunk=5)  # 5 does not divide S - 1 = 11
+    assert "logit_chunk" in hf.RUNTIME_FIELDS
+    assert cfg.logit_chunk == 5 and cfg_whole.logit_chunk == 0
+    assert dataclasses.replace(cfg, logit_chunk=0) == cfg_whole
+    got = [
+        [np.asarray(x) for x in _jit_log_probs(*nnx.split(p), jnp.asarray(tokens))]
+        for p in (whole, chunked)
+    ]
+    (logp_whole, ent_whole), (logp, ent) = got
+    np.testing.assert_allclose(logp, logp_whole, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ent, ent_whole, rtol=1e-6, atol=1e-6)
+    # Independent reference: float64 log-softmax of transformers' logits at the targets.
+    z = ref[:, :-1].astype(np.float64)
+    logp_all = z - z.max(-1, keepdims=True)
+    logp_all -= np.log(np.exp(logp_all).sum(-1, keepdims=True))
+    want = np.take_along_axis(logp_all, tokens[:, 1:, None], -1)[..., 0]
+    np.testing.assert_allclose(logp, want, atol=2e-4)  # f32 parity, as for the logits
+    np.testing.assert_allclose(ent, -(np.exp(logp_all) * logp_all).sum(-1), atol=2e-4)
 
 
 def test_load_pretrained__places_params_on_mesh_and_value_heads(saved):

@@ -1,0 +1,168 @@
+"""scripts/zero_shot.py: a tiny random Hugging Face checkpoint (chat template, byte-level BPE)
+evaluated on two environments; the CSV rows equal a direct call of `loop.evaluate` on the same
+parameters, and a second invocation skips what the CSV holds."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+_NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "jinja2")
+_MISSING = [name for name in _NEEDS if importlib.util.find_spec(name) is None]
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs {_MISSING} (pip install .[hf])")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+ENVS = ("frozen_lake", "countdown")
+NUM_TASKS, CAP, ACTION = 2, 2, 4
+
+
+@pytest.fixture(scope="module")
+def zero_shot():
+    spec = importlib.util.spec_from_file_location("zero_shot_script", ROOT / "scripts/zero_shot.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(ROOT / "scripts"))  # as when run: its helper `_cores` beside it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+def _checkpoint(folder: pathlib.Path) -> str:
+    """A random 1-layer Llama with a ChatML byte-level BPE of 300 tokens (vocab_size 320)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    # Mostly moves: " up", " down", " left" and " right" become single tokens.
+    corpus = ["go up down left right\n"] * 50
+    tok.train_from_iterator(corpus + ["invalid action\n", "calc 3 + 4 = 7 answer\n"] * 20, trainer)
+    os.makedirs(folder, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "chat_template": CHATML,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=320,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        # A policy that mostly writes moves, so that frozen_lake's numbers are not all 0 or 1:
+        # every embedding gets a first component of 1, far above the others (~0.02), which the
+        # final norm keeps (~5.6); the head reads it as a bias of ~5.6 towards the four moves
+        # and the end of turn. Replies like " left up<|im_end|>" then end in a valid move.
+        model.model.embed_tokens.weight[:, 0] = 1.0
+        moves = ("\u0120up", "\u0120down", "\u0120left", "\u0120right", "<|im_end|>")
+        model.lm_head.weight[[tok.token_to_id(w) for w in moves], 0] = 1.0
+    model.save_pretrained(folder, safe_serialization=True)
+    return str(folder)
+
+
+def test_data_size__largest_device_count_that_splits_the_tasks(zero_shot):
+    assert zero_shot.data_size(2, 8) == 2
+    assert zero_shot.data_size(6, 4) == 2
+    assert zero_shot.data_size(128, 1) == 1
+    assert zero_shot.data_size(64, 8) == 8
+
+
+def test_zero_shot__csv_rows_equal_a_direct_evaluation_and_resume_skips(
+    zero_shot, tmp_path, capsys
+):
+    from rl4agents.train import experiment, loop, resolve
+
+    model = _checkpoint(tmp_path / "model")
+    out = tmp_path / "out"
+    argv = [
+        f"--model={model}",
+        f"--out={out}",
+        f"--num_tasks={NUM_TASKS}",
+        f"--envs={','.join(ENVS)}",
+        f"--max_turns_cap={CAP}",
+        f"--max_action_len={ACTION}",
+    ]
+    assert zero_shot.main(argv) == 0
+    with open(out / "zero_shot.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == zero_shot.COLUMNS
+        assert [row["env"] for row in reader] == list(ENVS)  # one row each, in ENVS order
+    rows = {r["env"]: r for r in zero_shot.read_rows(out / "zero_shot.csv")}
+    for env in ENVS:
+        row = rows[env]
+        assert row["num_tasks"] == NUM_TASKS and row["seconds"] > 0
+        for col in ("greedy_success", "sampled_success"):
+            assert row[col] in (0.0, 0.5, 1.0)  # the share of 2 tasks
+        for col in ("greedy_invalid_rate", "sampled_invalid_rate"):
+            assert 0.0 <= row[col] <= 1.0
+        for col in ("greedy_avg_turns", "sampled_avg_turns"):
+            assert 1.0 <= row[col] <= CAP
+        config = zero_shot.env_config(
+            env, model, NUM_TASKS, max_action_len=ACTION, max_turns_cap=CAP
+        )
+        # configs/frozen_lake.py: 8 turns, 1 action token; countdown: 6 turns, 7 tokens. The
+        # budget is the largest of the flag, the config's and the longest action's.
+        longest = resolve.make_env(config).max_action_len
+        assert config.rollout.max_turns == CAP
+        want = max(ACTION, longest, {"frozen_lake": 1, "countdown": 7}[env])
+        assert config.rollout.max_action_len == want
+        assert config.env.vocab == "builtin" and config.model.checkpoint == model
+        exp = experiment.build(config)
+        direct = loop.evaluate(exp, exp.pretrained_params(), "test", NUM_TASKS)
+        for col, key in zero_shot.METRICS.items():
+            assert row[col] == direct[key], (env, col)  # the CSV holds repr(float): exact
+    # Not all-or-nothing: the comparison above checks numbers that depend on the episodes.
+    assert 0.0 < rows["frozen_lake"]["sampled_invalid_rate"] < 1.0
+    table = (out / "zero_shot.md").read_text().splitlines()
+    assert len(table) == 2 + len(ENVS) and table[0].startswith("| env ")
+    assert "zero_shot.py" in (out / "command.txt").read_text()
+
+    capsys.readouterr()
+    assert zero_shot.main(argv) == 0  # resumed: everything is in the CSV already
+    printed = capsys.readouterr().out
+    assert printed.count("skipped, in zero_shot.csv") == len(ENVS)
+    assert len((out / "command.txt").read_text().splitlines()) == 2
+
+
+def test_zero_shot__refuses_bad_flags(zero_shot, tmp_path, capsys):
+    model = tmp_path / "empty"
+    model.mkdir()
+    assert zero_shot.main([f"--model={model}", f"--out={tmp_path / 'o'}"]) == 2
+    assert "holds no config.json" in capsys.readouterr().err
+    (model / "config.json").write_text("{}")
+    assert zero_shot.main([f"--model={model}", f"--out={tmp_path}", "--envs=chess"]) == 2
+    assert "--envs names ['chess']" in capsys.readouterr().err
+    assert zero_shot.main([f"--model={model}", f"--out={tmp_path}", "--num_tasks=0"]) == 2
+    with pytest.raises(ValueError, match=r"--max_turns_cap=-1; allowed"):
+        zero_shot.env_config("maze", str(model), 2, max_turns_cap=-1)
