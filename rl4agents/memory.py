@@ -4,19 +4,27 @@
 (`train.resolve.resolve`) keeps alive (bytes):
 
   resident, for the whole run:
-    parameters        sum over parameter arrays of size / (mesh axes it is split over) x p
-    optimizer         2 x parameters: AdamW's two moments, in the parameter dtype (optax's
+    parameters        P = sum over parameter arrays of size / (mesh axes it is split over) x
+                      bytes (p; 4 for the LoRA adapters, kept in f32 whatever p is)
+    optimizer         2 x P_train: AdamW's two moments, in each parameter's dtype (optax's
                       default; `state.make_optimizer` keeps no f32 master copy, and global-norm
-                      clipping keeps no state)
-    reference         1 x parameters when loss.kl_coef > 0 (the frozen KL reference)
+                      clipping keeps no state). P_train = P without LoRA; with model.lora.rank
+                      > 0 only the adapters and the value head: `lora.mask_optimizer` keeps no
+                      state for the frozen base
+    reference         1 x P when loss.kl_coef > 0 (the frozen KL reference, adapters included)
+    stale parameters  k x P under train.staleness = k > 0 (`TrainState.stale_params`: the
+                      sampler's ring of the parameters of the last k updates)
     episode arrays    24 x B x T x 4 / D_b: trajectory, batch and advantage arrays, [B, T] each
   transient, one phase at a time (the peak is resident + the largest phase):
     rollout           KV cache: layers x 2 x B x T_kv x kv_heads x head_dim x c / D_b, plus one
-                      prefill chunk of S tokens: B x S x (V x 4 + a(T_kv)) / D_b
+                      prefill chunk of S tokens: B x S x (V x 4 + a(T_kv)) / D_b; when
+                      branching under context="full", plus the fork snapshots: K x B_root x
+                      layers x 2 x T_kv x kv_heads x head_dim x c / D_b (the roots' KV cache at
+                      the start of each of the K turns, `branch.branch_rollout`)
     scoring           the forward-only passes over the whole batch (reference log-probs, old
                       values, learner log-probs for TIS), when any is on:
                       N x (L x a(L) + R x 3 x V x 4) / D_b (R = L for the values/TIS pass)
-    update            gradients (1 x parameters) + activations + logits of one minibatch of
+    update            gradients (1 x P) + activations + logits of one minibatch of
                       n = N / train.minibatches rows:
                         no remat: n x (L x ((layers - 1) x a(L) + kv + 2 x d_model x c)
                                   + R x a(L)) x trunks / D_b, kv = 4 x (d_model +
@@ -27,11 +35,14 @@
                         logits:   3 x n x R x V x 4 / D_b (logits, log-softmax, its gradient;
                                   R -> min(R, model.logit_chunk) when that is set, here and in
                                   the scoring pass)
-    optimizer step    gradients + 3 x parameters: the all-reduced gradients and AdamW's new
+    optimizer step    gradients + 3 x P_train: the all-reduced gradients and AdamW's new
                       moments before the old are released (XLA's temporaries for the train
                       step on a data-parallel mesh are 4.00 x parameters when activations
                       are small; without this phase the estimate fell 8-30% below XLA's
-                      figure for short episodes)
+                      figure for short episodes); under train.staleness > 0 plus 1 x P, the
+                      updated parameters, which cannot overwrite the old ones (those join
+                      the ring; XLA's temporaries grew by 0.63 x P at k = 2 on the tiny
+                      config, and the estimate without this term fell 1.3% below its figure)
     evaluation        the rollout terms with train.eval_tasks episodes
 
   a(Tk) = 4 x (4 d_model + 3 heads x head_dim + 2 kv_heads x head_dim + 4 d_ff)
@@ -46,7 +57,11 @@
   400, 32,090 vs 33,440 for `bench`; bf16 compute: 8-11% above the measurement).
 
 Symbols: p, c = bytes of model.param_dtype and model.dtype; V = vocabulary; B = num_tasks x
-group_size episodes of T = `rollout.make_layout(...).length` slots; the update trains on N rows
+group_size episodes of T = `rollout.make_layout(...).length` slots, or with a branching rollout
+(rollout.branch.rule != "none") B = B_root x (1 + M x N) episodes: B_root = num_tasks x
+group_size roots, M fork slots per root (`BranchConfig.fork_slots`: K for rule "every") and N =
+rollout.branch.num_branches continuations per fork (`StepConfig.num_rows`; every term that
+counts episodes, rollout, scoring and update rows counts these); the update trains on N rows
 of L slots (context="full": N = B, L = T minus the final observation block unless ECHO;
 "window": N = B x K step rows of L = `window_row_length`), the KV cache holds T_kv = T (or L)
 slots and the longest prefill chunk is S = max(prompt, observation) slots (or L - A); the
@@ -54,9 +69,20 @@ update computes logits at R slots per row, those an action token can occupy (K x
 window row; R = L with ECHO, which also reads observation slots); trunks =
 2 when a separate critic decoder runs in the loss; D_b = data x fsdp, the mesh axes the batch
 is split over (activations are not counted as split by `tensor`: an upper bound). Parameters,
-moments and the reference copy are split as `sharding.tree_shardings` places them (`embed` over
-fsdp; heads, MLP units and vocabulary over tensor; a dimension the axes do not divide stays
-whole). The `fully sharded` figure is the state split evenly over all devices, for comparison.
+moments, the reference and stale copies are split as `sharding.tree_shardings` places them
+(`embed` over fsdp; heads, MLP units and vocabulary over tensor; a dimension the axes do not
+divide stays whole). The `fully sharded` figure is the state (parameters, moments, reference
+and stale copies) split evenly over all devices, for comparison.
+
+Under LoRA the activations are counted as without it (the adapters' rank-r products add r
+values per adapted projection and token, small beside a(L)), and the gradients as a whole
+parameter tree: the frozen base's are zeros (`lora.freeze`), but XLA's temporaries still hold a
+tree of the model's size beside the activations (tiny config, one turn, rank 4, 8 devices:
+642,472 B measured against 652,704 B for the update phase here; counting the adapters' and
+value head's gradients alone put the peak at 0.76 of XLA's figure). A branching rollout's fork
+snapshots and its branches' KV cache are counted together, though the snapshots are released
+once the branches are forked: an upper bound by B_root rows of cache. Under context="window"
+the snapshots hold a few turn blocks of tokens and are not counted.
 
 This is an estimate: XLA fuses, rematerialises and reuses buffers in ways the formulas do not
 follow, and the runtime reserves memory of its own. Under `fsdp` > 1 it counts the parameters
@@ -73,18 +99,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 
 from rl4agents import sharding
+from rl4agents.models import lora as lora_lib
 from rl4agents.models import policy as policy_lib
+from rl4agents.rollout import branch as branch_lib
 from rl4agents.rollout import rollout as rollout_lib
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+ADAPTER_BYTES = 4  # LoRA adapters are f32 whatever model.param_dtype is (`lora.attach`)
 EPISODE_ARRAYS = 24  # [B, T] arrays alive through a step (trajectory, batch, advantages)
 LOGIT_COPIES = 3  # logits, log-softmax and (backward) its gradient, all f32[rows, L, V]
 # Beside the gradients, while the optimizer applies them: their all-reduced copy and AdamW's new
@@ -117,7 +146,7 @@ class Estimate:
     mesh_shape: dict[str, int]  # axis name -> size
     resident: tuple[Term, ...]  # alive for the whole run
     phases: dict[str, tuple[Term, ...]]  # transient terms, one phase alive at a time
-    state_fully_sharded: int  # bytes/device of params + optimizer + reference split evenly
+    state_fully_sharded: int  # bytes/device of the state (params, moments, copies) split evenly
     capacity: int | None = None  # device memory in bytes, if known
 
     @property
@@ -165,9 +194,10 @@ class Estimate:
             f"  peak = resident {format_bytes(self.resident_bytes)} + {self.peak_phase} "
             f"{format_bytes(self.phase_bytes(self.peak_phase))} = {format_bytes(self.peak)}"
         )
+        stale = " + stale copies" if self.term("stale parameters") else ""
         lines.append(
-            f"  (parameters + optimizer + reference split evenly over all {self.num_devices} "
-            f"devices would take {format_bytes(self.state_fully_sharded)})"
+            f"  (parameters + optimizer + reference{stale} split evenly over all "
+            f"{self.num_devices} devices would take {format_bytes(self.state_fully_sharded)})"
         )
         if self.capacity:
             lines.append(f"  device memory: {format_bytes(self.capacity)}")
@@ -207,9 +237,24 @@ def resolve_mesh_shape(
 
 def param_shapes(cfg: policy_lib.ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
     """Every parameter array of `policy.Policy(cfg)` as ("a/b/c" path, shape), built from the
-    config (the paths are those `sharding.path_str` gives the model's `nnx.State`)."""
+    config (the paths are those `sharding.path_str` gives the model's `nnx.State`), LoRA
+    adapters (`lora_a`, `lora_b`) included when `cfg.lora_rank` > 0."""
     d, hd, f, v = cfg.d_model, cfg.head_dim, cfg.d_ff, cfg.vocab_size
     q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    # (in, out) of each projection LoRA can adapt, by its short name (`lora.TARGETS`)
+    proj = {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d)}
+    proj.update({"gate": (d, f), "up": (d, f), "down": (f, d)})
+
+    def adapters(p: str) -> list[tuple[str, tuple[int, ...]]]:
+        """lora_a [in, r] and lora_b [r, out] of every adapted projection of layer `p`."""
+        r, out = cfg.lora_rank, []
+        for target in cfg.lora_targets if r else ():
+            (sub, name), (d_in, d_out) = lora_lib.TARGETS[target], proj[target]
+            out += [
+                (f"{p}/{sub}/{name}/lora_a", (d_in, r)),
+                (f"{p}/{sub}/{name}/lora_b", (r, d_out)),
+            ]
+        return out
 
     def decoder(prefix: str) -> list[tuple[str, tuple[int, ...]]]:
         out = [(f"{prefix}/embed/embedding", (v, d))]
@@ -226,6 +271,7 @@ def param_shapes(cfg: policy_lib.ModelConfig) -> list[tuple[str, tuple[int, ...]
             out.append((f"{p}/post_attn_norm/scale", (d,)))
             out += [(f"{p}/mlp/gate_proj/kernel", (d, f)), (f"{p}/mlp/up_proj/kernel", (d, f))]
             out.append((f"{p}/mlp/down_proj/kernel", (f, d)))
+            out += adapters(p)
         out.append((f"{prefix}/final_norm/scale", (d,)))
         return out
 
@@ -244,12 +290,29 @@ def num_params(cfg: policy_lib.ModelConfig) -> int:
     return sum(math.prod(s) for _, s in param_shapes(cfg))
 
 
-def param_elements_per_device(cfg: policy_lib.ModelConfig, mesh_shape: Mapping[str, int]) -> int:
+def is_adapter(path: str) -> bool:
+    """Whether the parameter at "a/b/c" `path` is a LoRA adapter (`lora_a` or `lora_b`)."""
+    return path.rsplit("/", 1)[-1] in lora_lib.PARAM_NAMES
+
+
+def is_trained(cfg: policy_lib.ModelConfig, path: str) -> bool:
+    """Whether the optimizer updates (and keeps AdamW moments for) the parameter at `path`:
+    every one without LoRA; with `cfg.lora_rank` > 0 the adapters and the value head only
+    (`lora.is_trainable`)."""
+    return not cfg.lora_rank or is_adapter(path) or path.split("/", 1)[0] == "value_proj"
+
+
+def param_elements_per_device(
+    cfg: policy_lib.ModelConfig,
+    mesh_shape: Mapping[str, int],
+    include: Callable[[str], bool] | None = None,
+) -> int:
     """Elements of all parameters that one device holds under `sharding.tree_shardings`.
 
     Args:
       cfg: the model.
       mesh_shape: axis name -> size, e.g. {"data": 8, "fsdp": 1, "tensor": 1}.
+      include: counts only the parameters whose "a/b/c" path it accepts (None: all).
 
     Returns:
       sum over arrays of ceil(size / product of the mesh axes its spec splits it over).
@@ -257,6 +320,8 @@ def param_elements_per_device(cfg: policy_lib.ModelConfig, mesh_shape: Mapping[s
     mesh = MeshShape(tuple(mesh_shape), dict(mesh_shape))
     total = 0
     for path, shape in param_shapes(cfg):
+        if include is not None and not include(path):
+            continue
         axes = sharding.logical_axes(path)
         if axes is None:
             raise ValueError(f"no sharding rule for parameter {path!r} (shape {shape})")
@@ -267,6 +332,42 @@ def param_elements_per_device(cfg: policy_lib.ModelConfig, mesh_shape: Mapping[s
                 split *= mesh_shape[axis]
         total += -(-math.prod(shape) // split)
     return total
+
+
+class ParamBytes(NamedTuple):
+    """Parameter bytes of a model on a mesh: all parameters and the trained ones."""
+
+    device: int  # P: bytes per device of every parameter (adapters at 4 B, the rest at p)
+    trained_device: int  # P_train: bytes per device of the parameters the optimizer updates
+    total: int  # bytes of every parameter, all devices together (unsplit)
+    trained_total: int  # bytes of the trained parameters, unsplit
+
+
+def param_bytes(cfg: policy_lib.ModelConfig, mesh_shape: Mapping[str, int]) -> ParamBytes:
+    """P and P_train of the module docstring: sum of elements x bytes, base parameters at
+    model.param_dtype's p bytes and LoRA adapters at 4 (f32).
+
+    Without LoRA, P = P_train = (elements per device) x p.
+    """
+    p = DTYPE_BYTES[cfg.param_dtype]
+    no_mesh = {axis: 1 for axis in mesh_shape}
+
+    def nbytes(mesh: Mapping[str, int], trained: bool) -> int:
+        def count(adapter: bool) -> int:
+            return param_elements_per_device(
+                cfg,
+                mesh,
+                lambda path: is_adapter(path) == adapter and (not trained or is_trained(cfg, path)),
+            )
+
+        return count(False) * p + count(True) * ADAPTER_BYTES
+
+    return ParamBytes(
+        nbytes(mesh_shape, False),
+        nbytes(mesh_shape, True),
+        nbytes(no_mesh, False),
+        nbytes(no_mesh, True),
+    )
 
 
 def _per_token_layer_bytes(cfg: policy_lib.ModelConfig, keys: int) -> int:
@@ -285,10 +386,35 @@ def _kv_token_bytes(cfg: policy_lib.ModelConfig) -> int:
     return 4 * (d + 2 * kv) + 8 * kv + 8 * d
 
 
+class StepKnobs(NamedTuple):
+    """What a run's train step turns on beyond its config's sizes (`StepConfig` fields)."""
+
+    branch: branch_lib.BranchConfig | None  # the branching rule, or None (off)
+    staleness: int  # k parameter copies the sampler's ring keeps (0 = off)
+
+
+def step_knobs(run: Any) -> StepKnobs:
+    """The branching rule and staleness of a run: its `step_cfg`'s when it has one (an
+    `Experiment`, or a `Run` resolved with devices), else resolved from its config as
+    `train.resolve` does (a `Run` of `resolve(config, check_only=True)`)."""
+    step_cfg = getattr(run, "step_cfg", None)
+    if step_cfg is not None:
+        return StepKnobs(step_cfg.branch, step_cfg.staleness)
+    # imported here: train.resolve imports this module for its start-up check
+    from rl4agents.train import resolve as resolve_lib
+
+    backend = getattr(run, "backend", "jax")
+    return StepKnobs(
+        resolve_lib.branch_config(run.config, run.layout, backend),
+        resolve_lib.staleness_setting(run.config, backend),
+    )
+
+
 class _Sizes(NamedTuple):
     """The static sizes the terms need (symbols of the module docstring)."""
 
-    batch: int  # B episodes per rollout
+    batch: int  # B episodes per rollout (B_root x (1 + M x N) when branching)
+    roots: int  # B_root = num_tasks x group_size episodes a branching rollout forks from
     slots: int  # T slots per episode
     rows: int  # N rows the update trains on
     length: int  # L slots per row
@@ -303,29 +429,56 @@ class _Sizes(NamedTuple):
         return -(-nbytes // self.split)
 
 
-def _sizes(run, vocab: int, mesh_shape: Mapping[str, int]) -> _Sizes:
+def _sizes(run, vocab: int, mesh_shape: Mapping[str, int], knobs: StepKnobs) -> _Sizes:
     config, env, rc, lay = run.config, run.env, run.rollout_cfg, run.layout
     split = math.prod(mesh_shape.get(a, 1) for a in sharding.BATCH_AXES)
+    roots = rc.batch_size
+    # B_root (1 + M N) episodes with branching (`StepConfig.num_rows`), else B_root
+    batch = roots if knobs.branch is None else knobs.branch.num_rows(roots, lay.turns)
     if rc.context == "window":
         row = rollout_lib.window_row_length(env, rc)
-        rows = rc.batch_size * lay.turns
+        rows = batch * lay.turns
         scored = row if config.loss.echo_coef > 0 else lay.action
         return _Sizes(
-            rc.batch_size, lay.length, rows, row, row, row - lay.action, vocab, split, scored
+            batch, roots, lay.length, rows, row, row, row - lay.action, vocab, split, scored
         )
     echo = config.loss.echo_coef > 0
     length = lay.length if echo else lay.length - lay.obs
     chunk = max(lay.prompt, lay.obs)
     scored = length if echo else lay.turns * lay.action  # `rollout.action_slots`
-    return _Sizes(
-        rc.batch_size, lay.length, rc.batch_size, length, lay.length, chunk, vocab, split, scored
+    return _Sizes(batch, roots, lay.length, batch, length, lay.length, chunk, vocab, split, scored)
+
+
+def _batch_label(knobs: StepKnobs, sz: _Sizes, turns: int) -> str:
+    """How B is written in a formula: "B" or, branching, "B(1 + M x N)" with M and N."""
+    if knobs.branch is None:
+        return "B"
+    m, n = knobs.branch.fork_slots(turns), knobs.branch.num_branches
+    return f"B_root={sz.roots} x (1 + M={m} x N={n}) = B"
+
+
+def _kv_cache_bytes(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int) -> int:
+    """Bytes of the KV cache of `batch` episodes, all devices together."""
+    c = DTYPE_BYTES[cfg.dtype]
+    return cfg.num_layers * 2 * batch * sz.kv_len * cfg.num_kv_heads * cfg.head_dim * c
+
+
+def _fork_snapshots(cfg: policy_lib.ModelConfig, sz: _Sizes, turns: int) -> Term:
+    """The roots' KV cache at the start of each of the K turns, kept by a branching rollout
+    under context="full" to fork from (`branch.branch_rollout`)."""
+    c = DTYPE_BYTES[cfg.dtype]
+    return Term(
+        "fork snapshots",
+        sz.per_device(turns * _kv_cache_bytes(cfg, sz, sz.roots)),
+        f"K={turns} x B_root={sz.roots} x {cfg.num_layers} layers x 2 x {sz.kv_len} x "
+        f"{cfg.num_kv_heads} kv_heads x {cfg.head_dim} x {c} B / {sz.split}",
     )
 
 
 def _rollout_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int, label: str):
     """KV cache and one prefill chunk of a rollout of `batch` episodes."""
     c = DTYPE_BYTES[cfg.dtype]
-    kv = cfg.num_layers * 2 * batch * sz.kv_len * cfg.num_kv_heads * cfg.head_dim * c
+    kv = _kv_cache_bytes(cfg, sz, batch)
     a_kv = _per_token_layer_bytes(cfg, sz.kv_len)
     return (
         Term(
@@ -356,7 +509,9 @@ def _slots_label(cfg: policy_lib.ModelConfig, scored: int) -> str:
     return f"R={scored}" if live == scored else f"chunk {live} of R={scored}"
 
 
-def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, config, trunks):
+def _update_terms(
+    cfg: policy_lib.ModelConfig, sz: _Sizes, grad_bytes: int, grad_how: str, config, trunks
+):
     """Gradients, activations and logits of one minibatch's forward and backward pass."""
     c, n, length = DTYPE_BYTES[cfg.dtype], -(-sz.rows // config.train.minibatches), sz.length
     a_len = _per_token_layer_bytes(cfg, length)
@@ -384,7 +539,7 @@ def _update_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, param_bytes: int, con
         )
     how += (f" x {trunks} trunks" if trunks > 1 else "") + f" / {sz.split}"
     return (
-        Term("gradients", param_bytes, "1 x parameters"),
+        Term("gradients", grad_bytes, grad_how),
         Term("activations", sz.per_device(n * per_row * trunks), how),
         Term(
             "logits",
@@ -408,7 +563,8 @@ def estimate(
     Args:
       run: a resolved run (`train.resolve.resolve(config, check_only=True)` is enough, or an
         `Experiment`'s): its `config`, `env`, `model_cfg`, `rollout_cfg`, `layout` and
-        `needs_values` are read.
+        `needs_values` are read, and the branching rule and staleness of its `step_cfg` (or,
+        without one, of its config: `step_knobs`).
       mesh_shape: axis name -> size; its product is the number of devices.
       capacity: device memory in bytes, recorded in the estimate.
       **model_overrides: `ModelConfig` fields replacing the run's (e.g. remat=True, or
@@ -421,30 +577,63 @@ def estimate(
     cfg = dataclasses.replace(run.model_cfg, **model_overrides)
     vocab = cfg.vocab_size
     mesh_shape = dict(mesh_shape)
-    sz = _sizes(run, vocab, mesh_shape)
+    knobs = step_knobs(run)
+    sz = _sizes(run, vocab, mesh_shape, knobs)
+    turns = run.layout.turns
     p = DTYPE_BYTES[cfg.param_dtype]
     n_total, n_dev = num_params(cfg), param_elements_per_device(cfg, mesh_shape)
+    pb = param_bytes(cfg, mesh_shape)
     kl = config.loss.kl_coef > 0
     needs_values = run.needs_values
     split_note = "replicated" if n_dev == n_total else f"{n_total / n_dev:.2f}x split"
+    if cfg.lora_rank:
+        n_adapters = sum(math.prod(s) for path, s in param_shapes(cfg) if is_adapter(path))
+        params_how = (
+            f"{n_total - n_adapters:,} frozen x {p} B ({cfg.param_dtype}) + {n_adapters:,} "
+            f"LoRA adapters (rank {cfg.lora_rank}) x {ADAPTER_BYTES} B, {n_dev:,} per device "
+            f"({split_note})"
+        )
+        n_trained = sum(math.prod(s) for path, s in param_shapes(cfg) if is_trained(cfg, path))
+        trained = f"the {n_trained:,} trained parameters (LoRA adapters + value head)"
+        optimizer_how = f"AdamW mu + nu = 2 x {trained}"
+        # a gradient for every leaf: the frozen base's are zeros, but XLA keeps them
+        grad_how = "1 x parameters (zeros for the frozen base, still materialised)"
+        step_how = (
+            f"{OPTIMIZER_STEP_COPIES} x {trained} (all-reduced gradients, AdamW's new mu and nu)"
+        )
+    else:
+        params_how = f"{n_total:,} x {p} B ({cfg.param_dtype}), {n_dev:,} per device ({split_note})"
+        optimizer_how = f"AdamW mu + nu = 2 x parameters ({cfg.param_dtype})"
+        grad_how = "1 x parameters"
+        step_how = (
+            f"{OPTIMIZER_STEP_COPIES} x parameters (all-reduced gradients, AdamW's new mu and nu)"
+        )
     resident = [
-        Term(
-            "parameters",
-            n_dev * p,
-            f"{n_total:,} x {p} B ({cfg.param_dtype}), {n_dev:,} per device ({split_note})",
-        ),
-        Term("optimizer", 2 * n_dev * p, f"AdamW mu + nu = 2 x parameters ({cfg.param_dtype})"),
+        Term("parameters", pb.device, params_how),
+        Term("optimizer", 2 * pb.trained_device, optimizer_how),
     ]
     if kl:
-        resident.append(Term("reference", n_dev * p, "1 x parameters (loss.kl_coef > 0)"))
+        resident.append(Term("reference", pb.device, "1 x parameters (loss.kl_coef > 0)"))
+    if knobs.staleness:
+        resident.append(
+            Term(
+                "stale parameters",
+                knobs.staleness * pb.device,
+                f"train.staleness={knobs.staleness} x parameters (the sampler's parameter ring)",
+            )
+        )
+    label = _batch_label(knobs, sz, turns)
     resident.append(
         Term(
             "episode arrays",
             sz.per_device(EPISODE_ARRAYS * sz.batch * sz.slots * 4),
-            f"{EPISODE_ARRAYS} x B={sz.batch} x T={sz.slots} x 4 B / {sz.split}",
+            f"{EPISODE_ARRAYS} x {label}={sz.batch} x T={sz.slots} x 4 B / {sz.split}",
         )
     )
-    phases = {"rollout": _rollout_terms(cfg, sz, sz.batch, "B")}
+    rollout = _rollout_terms(cfg, sz, sz.batch, label)
+    if knobs.branch is not None and run.rollout_cfg.context != "window":
+        rollout += (_fork_snapshots(cfg, sz, turns),)
+    phases = {"rollout": rollout}
     if kl or needs_values or config.loss.tis_cap > 0:
         a_len = _per_token_layer_bytes(cfg, sz.length)
         # the values / TIS pass computes logits at every slot; the KL reference pass at R
@@ -461,17 +650,23 @@ def estimate(
             ),
         )
     trunks = 2 if cfg.value_head == "separate" and needs_values else 1
-    phases["update"] = _update_terms(cfg, sz, n_dev * p, config, trunks)
+    phases["update"] = _update_terms(cfg, sz, pb.device, grad_how, config, trunks)
     phases["optimizer step"] = (
-        Term("gradients", n_dev * p, "1 x parameters"),
-        Term(
-            "optimizer update",
-            OPTIMIZER_STEP_COPIES * n_dev * p,
-            f"{OPTIMIZER_STEP_COPIES} x parameters (all-reduced gradients, AdamW's new mu and nu)",
-        ),
+        Term("gradients", pb.device, grad_how),
+        Term("optimizer update", OPTIMIZER_STEP_COPIES * pb.trained_device, step_how),
     )
+    if knobs.staleness:
+        phases["optimizer step"] += (
+            Term(
+                "updated parameters",
+                pb.device,
+                "1 x parameters (train.staleness > 0: the old ones join the sampler's ring, "
+                "so the update cannot overwrite them)",
+            ),
+        )
     phases["evaluation"] = _rollout_terms(cfg, sz, config.train.eval_tasks, "eval_tasks")
-    state_bytes = n_total * p * (4 if kl else 3)
+    # parameters, the reference and stale copies, and AdamW's two moments of the trained ones
+    state_bytes = pb.total * (1 + kl + knobs.staleness) + 2 * pb.trained_total
     return Estimate(
         num_params=n_total,
         mesh_shape=mesh_shape,
@@ -537,7 +732,8 @@ def check_fits(
             + est.format()
             + "\nTo fit: split the state with mesh.shape (fsdp > 1, e.g. (1, -1, 1)), use more "
             "devices, model.remat=True, model.dtype/param_dtype='bfloat16', fewer episodes "
-            "(rollout.num_tasks, rollout.group_size, train.eval_tasks) or more "
-            "train.minibatches; set mesh.device_memory_gb if the device memory is misreported."
+            "(rollout.num_tasks, rollout.group_size, rollout.branch.num_branches, "
+            "train.eval_tasks), a smaller train.staleness or more train.minibatches; set "
+            "mesh.device_memory_gb if the device memory is misreported."
         )
     return est

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from rl4agents import memory, sharding
-from rl4agents.models import policy
+from rl4agents.models import lora, policy
 from rl4agents.train import experiment, loop, resolve
 from tests.train.test_train import tiny_config
 
@@ -32,6 +32,13 @@ D, LAYERS, HEADS, KV_HEADS, HEAD_DIM, D_FF = 64, 2, 4, 2, 16, 192
 TINY_PARAMS = 2 * 49_280 + 2 * V * D + D  # 100,672
 
 
+# LoRA of rank 4 on all seven projections: r x (in + out) each, per layer
+# q 4 x (64 + 64) + k, v 4 x (64 + 32) + o 4 x (64 + 64) + gate, up 4 x (64 + 192)
+# + down 4 x (192 + 64) = 512 + 2 x 384 + 512 + 3 x 1,024 = 4,864; two layers.
+RANK = 4
+ADAPTERS = 2 * 4_864  # 9,728 f32 adapter elements, the only trained ones (no value head)
+
+
 R = 3  # scored slots per row: 3 turns x 1 action slot (`rollout.action_slots`)
 KV = 4 * (D + 2 * KV_HEADS * HEAD_DIM) + 8 * KV_HEADS * HEAD_DIM + 8 * D  # last layer, unscored
 
@@ -49,6 +56,8 @@ def _a(keys: int, c: int = 4) -> int:
         {},
         {"qkv_bias": True, "qk_norm": True, "tie_embeddings": True, "value_head": "separate"},
         {"value_head": "shared", "param_dtype": "bfloat16"},
+        {"lora_rank": 4},
+        {"lora_rank": 2, "lora_targets": ("q", "down"), "value_head": "separate", "qkv_bias": True},
     ],
 )
 def test_param_shapes__match_the_model(overrides):
@@ -60,6 +69,9 @@ def test_param_shapes__match_the_model(overrides):
     )
     assert sorted(memory.param_shapes(cfg)) == real
     assert memory.num_params(cfg) == policy.count_params(state)
+    # The trained leaves are those `lora.mask_optimizer` updates (all of them without LoRA).
+    trained = sum(math.prod(s) for p, s in memory.param_shapes(cfg) if memory.is_trained(cfg, p))
+    assert trained == (lora.count(state)[0] if cfg.lora_rank else policy.count_params(state))
 
 
 def test_num_params__tiny_real_model_equals_hand_count():
@@ -98,6 +110,158 @@ def test_estimate__tiny_terms_by_hand():
     assert est.state_fully_sharded == math.ceil(4 * TINY_PARAMS * 4 / 8)
 
 
+MESH222 = {"data": 2, "fsdp": 2, "tensor": 2}
+CRITIC = {"model.value_head": "separate", "credit.name": "ppo_gae", "model.remat": True}
+BF16_ECHO = {"model.param_dtype": "bfloat16", "model.dtype": "bfloat16", "loss.echo_coef": 0.1}
+
+
+@pytest.mark.parametrize(
+    "overrides, mesh, peak, resident",
+    [
+        # Bytes per device the estimate gave before it counted branching, staleness and LoRA;
+        # with those off it must give them unchanged. The first is the hand sum of
+        # test_estimate__tiny_terms_by_hand: 4 x 402,688 + 8,928 resident + 4 x 402,688.
+        ({}, MESH8, 3_230_432, 1_619_680),
+        ({}, MESH222, 2_203_008, 424_384),
+        ({"rollout.context": "window"}, MESH8, 4_478_144, 1_619_680),
+        ({"rollout.context": "window"}, MESH222, 5_437_568, 424_384),
+        (CRITIC, MESH8, 6_421_248, 3_215_088),
+        (CRITIC, MESH222, 4_050_388, 827_344),
+        (BF16_ECHO, MESH8, 2_939_632, 814_304),
+        (BF16_ECHO, MESH222, 4_119_904, 221_120),
+    ],
+)
+def test_estimate__knobs_off_keep_the_numbers(overrides, mesh, peak, resident):
+    est = memory.estimate(_run(tiny_config(**overrides)), mesh)
+    assert (est.peak, est.resident_bytes) == (peak, resident)
+    for name in ("stale parameters", "updated parameters", "fork snapshots"):
+        assert est.term(name) == 0, name
+
+
+def _phase_diff(on: memory.Estimate, off: memory.Estimate) -> dict[str, int]:
+    return {phase: on.phase_bytes(phase) - off.phase_bytes(phase) for phase in off.phases}
+
+
+def _phase_term(est: memory.Estimate, phase: str, name: str) -> int:
+    return sum(t.nbytes for t in est.phases[phase] if t.name == name)
+
+
+def test_estimate__lora_counts_adapters_and_the_moments_of_trained_leaves_only():
+    off = memory.estimate(_run(tiny_config()), MESH8)
+    on = memory.estimate(_run(tiny_config(**{"model.lora.rank": RANK})), MESH8)
+    assert on.num_params == TINY_PARAMS + ADAPTERS  # 110,400
+    # Replicated on 8 devices: the frozen base and the f32 adapters, AdamW mu + nu of the
+    # adapters alone (402,688 + 38,912 B; 77,824 B), the reference copies both.
+    assert on.term("parameters") == TINY_PARAMS * 4 + ADAPTERS * 4
+    assert on.term("optimizer") == 2 * ADAPTERS * 4
+    assert on.term("reference") == (TINY_PARAMS + ADAPTERS) * 4
+    # A gradient for every leaf (zeros for the frozen base), then the adapters' all-reduced
+    # gradients and new moments.
+    assert _phase_term(on, "update", "gradients") == (TINY_PARAMS + ADAPTERS) * 4
+    assert on.phase_bytes("optimizer step") == (TINY_PARAMS + ADAPTERS) * 4 + 3 * ADAPTERS * 4
+    # Turned on: + 2 x 38,912 (parameters, reference) - 2 x (402,688 - 38,912) (moments)
+    # = -649,728 B resident; the gradients grow by the adapters', the optimizer step's three
+    # copies shrink from the model's to the adapters'.
+    assert (
+        on.resident_bytes - off.resident_bytes
+        == 2 * ADAPTERS * 4 - 2 * (TINY_PARAMS - ADAPTERS) * 4
+    )
+    assert on.resident_bytes - off.resident_bytes == -649_728
+    assert _phase_diff(on, off) == {
+        "rollout": 0,
+        "scoring": 0,
+        "update": ADAPTERS * 4,
+        "optimizer step": ADAPTERS * 4 + 3 * (ADAPTERS - TINY_PARAMS) * 4,
+        "evaluation": 0,
+    }
+    # parameters + reference (2 x 441,600) + moments (77,824) over 8 devices
+    assert on.state_fully_sharded == (2 * (TINY_PARAMS + ADAPTERS) * 4 + 2 * ADAPTERS * 4) // 8
+    # bf16 base parameters: the adapters (and their moments) stay f32.
+    config = tiny_config(**{"model.lora.rank": RANK, "model.param_dtype": "bfloat16"})
+    bf16 = memory.estimate(_run(config), MESH8)
+    assert bf16.term("parameters") == TINY_PARAMS * 2 + ADAPTERS * 4
+    assert bf16.term("optimizer") == 2 * ADAPTERS * 4
+    assert "9,728 LoRA adapters (rank 4) x 4 B" in bf16.format()
+
+
+def test_estimate__staleness_keeps_k_copies_of_the_parameters():
+    off = memory.estimate(_run(tiny_config()), MESH8)
+    on = memory.estimate(_run(tiny_config(**{"train.staleness": 2})), MESH8)
+    # Turned on: 2 x 402,688 B more, resident for the whole run, and the optimizer step holds
+    # the updated parameters beside the old ones (which join the ring): 402,688 B more there.
+    assert on.term("stale parameters") == 2 * TINY_PARAMS * 4
+    assert on.term("updated parameters") == TINY_PARAMS * 4
+    assert on.resident_bytes - off.resident_bytes == 2 * TINY_PARAMS * 4 == 805_376
+    assert _phase_diff(on, off) == {
+        "rollout": 0,
+        "scoring": 0,
+        "update": 0,
+        "optimizer step": TINY_PARAMS * 4,
+        "evaluation": 0,
+    }
+    assert on.peak_phase == off.peak_phase == "optimizer step"
+    assert on.peak - off.peak == 3 * TINY_PARAMS * 4 == 1_208_064
+    # parameters, reference, two stale copies and two moments, over 8 devices
+    assert on.state_fully_sharded == 6 * TINY_PARAMS * 4 // 8
+    # The copies are whole parameter trees, split like the parameters: LoRA's frozen base and
+    # adapters both, and a quarter each under fsdp = 4 (a few norm scales stay whole).
+    config = tiny_config(**{"train.staleness": 1, "model.lora.rank": RANK})
+    assert (
+        memory.estimate(_run(config), MESH8).term("stale parameters")
+        == (TINY_PARAMS + ADAPTERS) * 4
+    )
+    fsdp = memory.estimate(_run(tiny_config(**{"train.staleness": 2})), {"data": 2, "fsdp": 4})
+    assert fsdp.term("stale parameters") == 2 * fsdp.term("parameters") < 2 * TINY_PARAMS * 4
+
+
+def test_estimate__branching_counts_every_row_and_the_fork_snapshots():
+    # Rule "every" on K = 3 turns: M = 3 fork slots per root, N = 2 branches each, so the
+    # step holds 8 x (1 + 3 x 2) = 56 rows: 8 roots and 48 branches.
+    rows, k = 8 * (1 + 3 * 2), 3
+    config = tiny_config(**{"rollout.branch.rule": "every", "rollout.branch.num_branches": 2})
+    on = memory.estimate(_run(config), MESH8)
+    off = memory.estimate(_run(tiny_config()), MESH8)
+    kv_row = LAYERS * 2 * T * KV_HEADS * HEAD_DIM * 4  # one episode's KV cache, 23,808 B
+    prefill_row = 23 * (V * 4 + _a(T))
+    scoring_row = L * _a(L) + R * 3 * V * 4
+    activations_row = L * ((LAYERS - 1) * _a(L) + KV + 2 * D * 4) + R * _a(L)
+    logits_row = 3 * R * V * 4
+    assert on.term("episode arrays") == 24 * rows * T * 4 // 8
+    assert _phase_term(on, "rollout", "KV cache") == rows * kv_row // 8
+    assert _phase_term(on, "rollout", "prefill") == rows * prefill_row // 8
+    # the roots' cache at the start of each of the 3 turns
+    assert on.term("fork snapshots") == k * 8 * kv_row // 8
+    assert on.term("scoring pass") == rows * scoring_row // 8
+    assert on.term("activations") == rows * activations_row // 8
+    assert on.term("logits") == rows * logits_row // 8
+    # Turned on: 48 more rows in every term that counts episodes, plus the snapshots; the
+    # state, the optimizer step and evaluation (plain rollouts of eval_tasks) are unchanged.
+    assert on.resident_bytes - off.resident_bytes == 24 * (rows - 8) * T * 4 // 8
+    assert _phase_diff(on, off) == {
+        "rollout": ((rows - 8) * (kv_row + prefill_row) + k * 8 * kv_row) // 8,
+        "scoring": (rows - 8) * scoring_row // 8,
+        "update": (rows - 8) * (activations_row + logits_row) // 8,
+        "optimizer step": 0,
+        "evaluation": 0,
+    }
+    assert "B_root=8 x (1 + M=3 x N=2) = B=56" in on.format()
+
+
+def test_estimate__branching_window_rows_are_episodes_times_turns():
+    # Rule "turns" at turn 1 with N = 3: M = 1, 8 x (1 + 1 x 3) = 32 episodes; the update
+    # trains on 32 x 3 turn rows (24 without branching), and no cache is kept to fork from.
+    window = {"rollout.context": "window"}
+    branch = {"rollout.branch.rule": "turns", "rollout.branch.turns": (1,)}
+    branch["rollout.branch.num_branches"] = 3
+    off = memory.estimate(_run(tiny_config(**window)), MESH8)
+    on = memory.estimate(_run(tiny_config(**window, **branch)), MESH8)
+    assert on.term("fork snapshots") == 0
+    for name in ("episode arrays", "scoring pass", "activations", "logits"):
+        assert on.term(name) == 4 * off.term(name), name
+    assert _phase_term(on, "rollout", "KV cache") == 4 * _phase_term(off, "rollout", "KV cache")
+    assert "N=96 x" in on.format()
+
+
 def test_estimate__logit_chunk_keeps_one_block_of_slots_live():
     # ECHO scores all T slots (observations too), so a chunk of 16 < T leaves 16 live (and a
     # chunk >= T, all T).
@@ -132,6 +296,21 @@ def test_estimate__state_per_device_matches_the_real_shardings():
         )
         est = memory.estimate(exp, dict(mesh.shape))
         assert est.term("parameters") + est.term("optimizer") + est.term("reference") == real
+    # LoRA (the moments of the adapters and value head only) and two stale copies; the
+    # estimate of the built experiment (its StepConfig's knobs) equals that of the config.
+    mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (2, 2, 2), devices=devices)
+    for overrides in ({"model.lora.rank": RANK}, {"train.staleness": 2}):
+        knobs = tiny_config(**{"model.value_head": "shared", "credit.name": "ppo_gae", **overrides})
+        exp = experiment.build(knobs, mesh=mesh)
+        real = sum(
+            math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
+            for leaf in jax.tree.leaves(exp.abstract_state())
+            if leaf.ndim
+        )
+        est = memory.estimate(exp, dict(mesh.shape))
+        state = ("parameters", "optimizer", "reference", "stale parameters")
+        assert sum(est.term(name) for name in state) == real, overrides
+        assert est.format() == memory.estimate(_run(knobs), dict(mesh.shape)).format()
     # bf16 parameters: AdamW's moments stay bf16 (optax's default; no f32 master copy).
     exp = experiment.build(tiny_config(**{"model.param_dtype": "bfloat16"}), mesh=mesh)
     moments = [x for x in jax.tree.leaves(exp.abstract_state().opt_state) if x.ndim]
@@ -164,12 +343,32 @@ def test_estimate__fsdp_splits_a_7b_state_and_data_parallel_replicates_it():
     assert fsdp.state_fully_sharded == dp.state_fully_sharded
 
 
-@pytest.mark.parametrize("turns", [1, 8])
-def test_estimate__bounds_xla_memory_analysis(turns):
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"rollout.max_turns": 1},
+        {"rollout.max_turns": 8},
+        # XLA keeps a whole tree of (zero) gradients under LoRA: 1,618,048 against 1,605,084 B
+        {"rollout.max_turns": 1, "model.lora.rank": RANK},
+        # and the updated parameters beside the stale ring: 4,433,888 against 4,083,940 B
+        {"rollout.max_turns": 1, "train.staleness": 2},
+        # 8 x (1 + 8 x 1) = 72 rows of 8 turns, the update the peak: 32,932,256 against
+        # 24,723,688 B (a larger program: slow)
+        pytest.param(
+            {
+                "rollout.max_turns": 8,
+                "rollout.branch.rule": "every",
+                "rollout.branch.num_branches": 1,
+            },
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_estimate__bounds_xla_memory_analysis(overrides):
     # The compiled train step's own figure (arguments + outputs - donated + temporaries) on
     # 8 devices, data parallel: the estimate errs high (scripts/memory_table.py's check). At
     # one turn the activations are small and the optimizer step is the peak (4 x parameters).
-    config = tiny_config(**{"rollout.max_turns": turns})
+    config = tiny_config(**overrides)
     exp = experiment.build(config)
     ma = exp.train_step.lower(exp.abstract_state(), exp.root_key()).compile().memory_analysis()
     xla = (
