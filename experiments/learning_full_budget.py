@@ -29,11 +29,18 @@ from rl4agents import config_utils, sweep
 _learning = config_utils.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.py"), "learning_study"
 )
-ENVS = ("sokoban", "search_qa", "web_shop", "maze", "countdown")
+ENVS = ("sokoban", "search_qa", "web_shop", "maze", "countdown", "frozen_lake")
 SEEDS = 4
 MINUTES = 18.0
 EVAL_TASKS = 128
-EVAL_EVERY = {"sokoban": 15, "search_qa": 15, "web_shop": 6, "maze": 15, "countdown": 15}
+EVAL_EVERY = {
+    "sokoban": 15,
+    "search_qa": 15,
+    "web_shop": 6,
+    "maze": 15,
+    "countdown": 15,
+    "frozen_lake": 15,
+}
 # env -> overrides on top of GRPO's defaults: the best settings found at the shorter budget.
 OVERRIDES = {
     "maze": {"loss.entropy_coef": 0.0, "loss.ppo_clip.agg": "seq-mean-token-mean"},
