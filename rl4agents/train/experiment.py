@@ -148,6 +148,7 @@ class Experiment:
             param_dtype=c.param_dtype,
             remat=c.remat,
             attn_chunk=c.attn_chunk,
+            logit_chunk=c.get("logit_chunk", 0),
             **resolve_lib.lora_settings(self.config),
         )
         params = nnx.split(policy)[1]

@@ -171,13 +171,13 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.Mo
         param_dtype=c.model.param_dtype,
         remat=c.model.remat,
         attn_chunk=c.model.attn_chunk,
+        logit_chunk=c.model.get("logit_chunk", 0),
     )
     # LoRA: the adapters' settings travel in the ModelConfig (checked there).
     runtime.update(lora_settings(c))
     overrides = {k: c.model[k] for k in ARCH_FIELDS if c.model[k]}
     folder = checkpoint_folder(c)
     if not folder:
-        runtime["logit_chunk"] = c.model.get("logit_chunk", 0)
         return policy_lib.make_config(c.model.preset, vocab_size, **runtime, **overrides)
     if overrides:
         field, value = next(iter(overrides.items()))
@@ -186,7 +186,6 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.Mo
             "architecture comes from its config.json; allowed: 0 (unset)"
         )
     cfg = hf.config_from_hf(hf.read_config(folder), **runtime)
-    cfg = dataclasses.replace(cfg, logit_chunk=c.model.get("logit_chunk", 0))
     if cfg.vocab_size != vocab_size:
         raise ValueError(
             f"model.checkpoint={folder!r}: config.json vocab_size {cfg.vocab_size} differs "
