@@ -160,7 +160,13 @@ def worker_env(environ: dict[str, str], devices: int) -> dict[str, str]:
 
 
 def write_plan(out: str, study: sweep_lib.Study, jobs: list[Job]) -> None:
-    """Writes `<out>/sweep.json`: every run's directory, variant, environment and seed."""
+    """Writes `<out>/sweep.json`: every run's directory, variant, environment and seed.
+
+    A study run in batches (`--only`, or an environment subset chosen by the study) keeps one
+    plan: the runs of an earlier plan of the same study whose directories exist and that this
+    batch does not name come first, then this batch's runs. A plan of another study is
+    replaced.
+    """
     entries = [
         {
             "name": j.run.name,
@@ -173,11 +179,23 @@ def write_plan(out: str, study: sweep_lib.Study, jobs: list[Job]) -> None:
         }
         for j in jobs
     ]
+    path = os.path.join(out, results.PLAN_NAME)
+    earlier = []
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("study") == study.name:
+            named = {e["dir"] for e in entries}
+            earlier = [
+                e
+                for e in old.get("runs", [])
+                if e["dir"] not in named and os.path.isdir(os.path.join(out, e["dir"]))
+            ]
     os.makedirs(out, exist_ok=True)
-    tmp = os.path.join(out, results.PLAN_NAME + ".tmp")
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"study": study.name, "path": study.path, "runs": entries}, f, indent=2)
-    os.replace(tmp, os.path.join(out, results.PLAN_NAME))
+        json.dump({"study": study.name, "path": study.path, "runs": earlier + entries}, f, indent=2)
+    os.replace(tmp, path)
 
 
 def _command_text(job: Job, env: dict[str, str]) -> str:

@@ -417,6 +417,51 @@ def test_runner__dry_run_only_and_changed_config(fake, tmp_path, capsys):
     assert "started with a different config" in err and "train.num_steps: 2 -> 3" in err
 
 
+def test_runner__a_study_run_in_batches_keeps_one_plan(fake, tmp_path, monkeypatch, capsys):
+    """A study whose runs depend on the environment (a subset per batch): each batch's plan
+    keeps the earlier batches' runs first, so sweep.json names every run of the study."""
+    runner = _script("sweep")
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "{}")
+    study = tmp_path / "batched.py"
+    study.write_text(
+        "import os\n"
+        "from rl4agents import sweep\n"
+        f"BASE = {BASE!r}\n"
+        "def get_sweep():\n"
+        "    lrs = [float(x) for x in os.environ['LRS'].split(',')]\n"
+        "    return sweep.product(\n"
+        "        sweep.fixed({'train.num_steps': 2}),\n"
+        "        sweep.sweep_values('optim.lr', lrs),\n"
+        "        sweep.seeds(1),\n"
+        "    )\n"
+    )
+    out = fake["out"]
+    args = [str(study)] + fake["args"][1:]
+
+    def dirs():
+        return [r["dir"] for r in json.loads((out / "sweep.json").read_text())["runs"]]
+
+    monkeypatch.setenv("LRS", "0.1")
+    assert runner.main(args) == 0
+    assert dirs() == ["base__optim.lr=0.1__seed=0"]
+    monkeypatch.setenv("LRS", "0.2,0.1")  # a new run, and one the plan already has
+    assert runner.main(args) == 0
+    assert dirs() == ["base__optim.lr=0.2__seed=0", "base__optim.lr=0.1__seed=0"]
+    monkeypatch.setenv("LRS", "0.3")
+    assert runner.main(args) == 0
+    assert dirs() == [
+        "base__optim.lr=0.2__seed=0",
+        "base__optim.lr=0.1__seed=0",
+        "base__optim.lr=0.3__seed=0",
+    ]
+    # Another study's plan in the directory is replaced, not merged.
+    plan = json.loads((out / "sweep.json").read_text())
+    (out / "sweep.json").write_text(json.dumps({**plan, "study": "another_study"}))
+    assert runner.main(args) == 0
+    assert dirs() == ["base__optim.lr=0.3__seed=0"]
+    capsys.readouterr()
+
+
 def test_runner__bad_override_fails_before_running(fake, tmp_path, capsys):
     runner = _script("sweep")
     bad = tmp_path / "bad.py"
