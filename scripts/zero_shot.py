@@ -15,6 +15,10 @@ A real model writes longer replies than an environment's shortest action words, 
 budget is `--max_action_len` tokens (at least the environment's longest action and its config's
 budget); `--max_turns_cap` caps the turns of the long environments (maze, two_agent, household).
 The training batch, which nothing here uses, is made as small as the start-up checks allow.
+Each episode opens with a system message (`model.system_prompt`): by default
+(`--system_prompt=auto`) the environment's instruction, `rl4agents.envs.instructions`, which
+names the task, the observation's symbols and the exact actions; an explicit text replaces it
+and `--system_prompt=''` leaves none.
 
 Writes to --out:
   zero_shot.csv  env,greedy_success,sampled_success,greedy_invalid_rate,sampled_invalid_rate,
@@ -44,10 +48,12 @@ import ml_collections  # noqa: E402
 
 from configs import base_policy  # noqa: E402
 from rl4agents import config_utils  # noqa: E402
+from rl4agents.envs import instructions  # noqa: E402
 from rl4agents.train import experiment, loop, resolve, writers  # noqa: E402
 
 ENVS = base_policy.ENVS  # the ten environments
 SPLIT = "test"
+AUTO = "auto"  # --system_prompt: the environment's instruction (rl4agents.envs.instructions)
 CSV_NAME, MD_NAME, COMMAND_NAME = "zero_shot.csv", "zero_shot.md", "command.txt"
 COLUMNS = (
     "env",
@@ -83,7 +89,7 @@ def env_config(
     *,
     max_action_len: int = 16,
     max_turns_cap: int = 0,
-    system_prompt: str = "",
+    system_prompt: str = AUTO,
     dtype: str = "float32",
     num_devices: int | None = None,
 ) -> ml_collections.ConfigDict:
@@ -96,7 +102,8 @@ def env_config(
       max_action_len: action tokens per turn; raised to the environment's longest action under
         the checkpoint's tokenizer and to the config's own budget when either is larger.
       max_turns_cap: at most this many turns (0 = the config's `rollout.max_turns`).
-      system_prompt: `model.system_prompt` ("" = none).
+      system_prompt: `model.system_prompt`: "auto" the environment's instruction
+        (`instructions.get` with the config's environment settings), "" none, else the text.
       dtype: `model.dtype`, "float32" or "bfloat16".
       num_devices: devices to use (None = all of `jax.devices()`).
 
@@ -112,6 +119,8 @@ def env_config(
     c.unlock()
     c.model.checkpoint = os.fspath(model)
     c.env.vocab = "builtin"  # the checkpoint's tokenizer (resolve.make_env)
+    if system_prompt == AUTO:
+        system_prompt = instructions.get(env, config_utils.to_dict(c.env[env])).text
     c.model.system_prompt = system_prompt
     c.model.dtype = dtype
     if max_turns_cap:
@@ -175,7 +184,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--envs", default="", help=f"Comma-separated subset of {list(ENVS)}.")
     ap.add_argument("--max_turns_cap", type=int, default=0, help="Cap on turns (0 = none).")
     ap.add_argument("--max_action_len", type=int, default=16, help="Action tokens per turn.")
-    ap.add_argument("--system_prompt", default="", help="System message ('' = none).")
+    ap.add_argument(
+        "--system_prompt",
+        default=AUTO,
+        help="System message: 'auto' the environment's instruction, '' none, else the text.",
+    )
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     return ap.parse_args(argv)
 

@@ -40,10 +40,8 @@ def zero_shot():
     return module
 
 
-def _checkpoint(folder: pathlib.Path) -> str:
-    """A random 1-layer Llama with a ChatML byte-level BPE of 300 tokens (vocab_size 320)."""
-    import torch
-    import transformers
+def _tokenizer(folder: pathlib.Path):
+    """A ChatML byte-level BPE of 300 tokens written to `folder` (tokenizer files only)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -67,6 +65,15 @@ def _checkpoint(folder: pathlib.Path) -> str:
         "chat_template": CHATML,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    return tok
+
+
+def _checkpoint(folder: pathlib.Path) -> str:
+    """A random 1-layer Llama with a ChatML byte-level BPE of 300 tokens (vocab_size 320)."""
+    import torch
+    import transformers
+
+    tok = _tokenizer(folder)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=320,
@@ -101,6 +108,7 @@ def test_data_size__largest_device_count_that_splits_the_tasks(zero_shot):
 def test_zero_shot__csv_rows_equal_a_direct_evaluation_and_resume_skips(
     zero_shot, tmp_path, capsys
 ):
+    from rl4agents.envs import instructions
     from rl4agents.train import experiment, loop, resolve
 
     model = _checkpoint(tmp_path / "model")
@@ -138,6 +146,9 @@ def test_zero_shot__csv_rows_equal_a_direct_evaluation_and_resume_skips(
         want = max(ACTION, longest, {"frozen_lake": 1, "countdown": 7}[env])
         assert config.rollout.max_action_len == want
         assert config.env.vocab == "builtin" and config.model.checkpoint == model
+        # The default system prompt is the environment's instruction under its settings.
+        settings = config.env[env].to_dict()
+        assert config.model.system_prompt == instructions.get(env, settings).text
         exp = experiment.build(config)
         direct = loop.evaluate(exp, exp.pretrained_params(), "test", NUM_TASKS)
         for col, key in zero_shot.METRICS.items():
@@ -166,3 +177,26 @@ def test_zero_shot__refuses_bad_flags(zero_shot, tmp_path, capsys):
     assert zero_shot.main([f"--model={model}", f"--out={tmp_path}", "--num_tasks=0"]) == 2
     with pytest.raises(ValueError, match=r"--max_turns_cap=-1; allowed"):
         zero_shot.env_config("maze", str(model), 2, max_turns_cap=-1)
+
+
+def test_env_config__system_prompt_auto_is_the_instruction_explicit_wins_empty_none(
+    zero_shot, tmp_path
+):
+    from rl4agents.envs import instructions
+
+    folder = tmp_path / "tok"
+    _tokenizer(folder)
+    assert zero_shot.parse_args(["--model=m", "--out=o"]).system_prompt == "auto"
+    assert zero_shot.parse_args(["--model=m", "--out=o", "--system_prompt="]).system_prompt == ""
+    # configs/frozen_lake.py: a compact 4x4 grid, so the instruction says 16 cells in a row.
+    auto = zero_shot.env_config("frozen_lake", str(folder), 2)
+    want = instructions.get("frozen_lake", {"compact": True, "size": 4}).text
+    assert auto.model.system_prompt == want
+    assert "its 16 cells written row by row with no line breaks" in want
+    assert zero_shot.env_config("frozen_lake", str(folder), 2, system_prompt="auto") == auto
+    own = zero_shot.env_config("frozen_lake", str(folder), 2, system_prompt="Play well.")
+    assert own.model.system_prompt == "Play well."
+    assert (
+        zero_shot.env_config("frozen_lake", str(folder), 2, system_prompt="").model.system_prompt
+        == ""
+    )
