@@ -40,7 +40,19 @@ STEPS = {
 }
 
 
-def env_sweep(env: str, steps: int) -> list[sweep.Point]:
+def env_sweep(
+    env: str,
+    steps: int,
+    *,
+    minutes: float = MINUTES,
+    seeds: int = SEEDS,
+    eval_tasks: int = EVAL_TASKS,
+    eval_every: int | None = None,
+    overrides: dict | None = None,
+) -> list[sweep.Point]:
+    """The runs of `env`: GRPO from BASE_POLICY at LR, `seeds` seeds, at most `steps` steps
+    or `minutes` of training; in-run evaluation on `eval_tasks` held-out tasks every
+    `eval_every` steps (default: a tenth of `steps`); `overrides` on top."""
     return sweep.product(
         sweep.configs([f"configs/base_policy.py:{env}"]),
         sweep.fixed(
@@ -48,13 +60,14 @@ def env_sweep(env: str, steps: int) -> list[sweep.Point]:
                 "init.params": BASE_POLICY,
                 "optim.lr": LR,
                 "train.num_steps": steps,
-                "train.eval_every": max(1, steps // 10),
-                "train.eval_tasks": EVAL_TASKS,
-                "train.max_minutes": MINUTES,
+                "train.eval_every": eval_every or max(1, steps // 10),
+                "train.eval_tasks": eval_tasks,
+                "train.max_minutes": minutes,
                 "train.eval_ood": False,
+                **(overrides or {}),
             }
         ),
-        sweep.seeds(SEEDS),
+        sweep.seeds(seeds),
     )
 
 

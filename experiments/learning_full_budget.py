@@ -49,22 +49,14 @@ OVERRIDES = {
 
 
 def env_sweep(env: str) -> list[sweep.Point]:
-    steps = _learning.STEPS[env]
-    return sweep.product(
-        sweep.configs([f"configs/base_policy.py:{env}"]),
-        sweep.fixed(
-            {
-                "init.params": _learning.BASE_POLICY,
-                "optim.lr": _learning.LR,
-                "train.num_steps": steps,
-                "train.eval_every": EVAL_EVERY[env],
-                "train.eval_tasks": EVAL_TASKS,
-                "train.max_minutes": MINUTES,
-                "train.eval_ood": False,
-                **OVERRIDES.get(env, {}),
-            }
-        ),
-        sweep.seeds(SEEDS),
+    return _learning.env_sweep(
+        env,
+        _learning.STEPS[env],
+        minutes=MINUTES,
+        seeds=SEEDS,
+        eval_tasks=EVAL_TASKS,
+        eval_every=EVAL_EVERY[env],
+        overrides=OVERRIDES.get(env, {}),
     )
 
 
