@@ -395,19 +395,12 @@ class StepKnobs(NamedTuple):
 
 def step_knobs(run: Any) -> StepKnobs:
     """The branching rule and staleness of a run: its `step_cfg`'s when it has one (an
-    `Experiment`, or a `Run` resolved with devices), else resolved from its config as
-    `train.resolve` does (a `Run` of `resolve(config, check_only=True)`)."""
+    `Experiment`, or a `Run` resolved with devices), else the `Run`'s own (resolved from its
+    config by `train.resolve.resolve`, also with `check_only`)."""
     step_cfg = getattr(run, "step_cfg", None)
     if step_cfg is not None:
         return StepKnobs(step_cfg.branch, step_cfg.staleness)
-    # imported here: train.resolve imports this module for its start-up check
-    from rl4agents.train import resolve as resolve_lib
-
-    backend = getattr(run, "backend", "jax")
-    return StepKnobs(
-        resolve_lib.branch_config(run.config, run.layout, backend),
-        resolve_lib.staleness_setting(run.config, backend),
-    )
+    return StepKnobs(run.branch, run.staleness)
 
 
 class _Sizes(NamedTuple):

@@ -69,6 +69,8 @@ class Run:
       layout: `rollout.make_layout(env, rollout_cfg)`: the slot layout of an episode.
       needs_values: the credit estimator needs critic values (a value head).
       needs_greedy: the credit estimator needs one greedy episode per task.
+      branch: the branching rule of the rollout (`rollout.branch`), or None (off).
+      staleness: `train.staleness`, the parameter copies the sampler's ring keeps.
       mesh: the device mesh, or None when resolved with `check_only`.
       step_cfg: the train step's static configuration, or None with `check_only`.
     """
@@ -81,6 +83,8 @@ class Run:
     layout: rollout_lib.Layout
     needs_values: bool
     needs_greedy: bool
+    branch: branch_lib.BranchConfig | None = None
+    staleness: int = 0
     mesh: jax.sharding.Mesh | None = None
     step_cfg: step_lib.StepConfig | None = None
 
@@ -701,6 +705,8 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         layout=lay,
         needs_values=credit.requires_values(c.credit.name),
         needs_greedy=needs_greedy,
+        branch=branch,
+        staleness=staleness,
     )
     if check_only:
         return run
