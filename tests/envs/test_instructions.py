@@ -160,13 +160,14 @@ def test_examples__valid_actions_of_the_environment(name):
 
 def _observations(name: str) -> str:
     """The text of B reset observations, the replies to a junk action on them, and the
-    observations of the oracle's episodes from the first four resets."""
-    env, _, _, step = _setup(name)
+    observations of the oracle's episodes from every reset, and of a walk of the examples
+    drawn at random from the resets (sokoban's player reaches a target only that way)."""
+    env, inst, _, step = _setup(name)
     states, first = _resets(name)
     texts = _decode(first.obs_tokens, first.obs_len)
     _, junk = _step_all(step, states, JUNK)
     texts += _decode(junk.obs_tokens, junk.obs_len)
-    for i in range(4):
+    for i in range(B):
         state = _take(states, i)
         plan = env.oracle_actions(jax.device_get(state)) or []
         for action in plan:
@@ -176,6 +177,11 @@ def _observations(name: str) -> str:
             batch_state, ts = step(batch_state, jnp.asarray(row[None]), jnp.asarray([n]))
             state = _take(batch_state, 0)
             texts += _decode(ts.obs_tokens, ts.obs_len)
+    rng = np.random.default_rng(0)
+    walk = states
+    for _ in range(12):
+        walk, ts = _step_all(step, walk, inst.examples[rng.integers(len(inst.examples))])
+        texts += _decode(ts.obs_tokens, ts.obs_len)
     return "\n".join(texts)
 
 
