@@ -5,31 +5,21 @@ areas under learning curves, episodes to a success level, the learning-rate choi
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 from rl4agents import results
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 # t_{0.975, 2}: for df = 2, P(|T| <= t) = t / sqrt(2 + t^2) = L gives t = L sqrt(2 / (1 - L^2)).
 T2 = 0.95 * math.sqrt(2.0 / (1.0 - 0.95**2))  # 4.3026527...
 
 
 def _make_table():
-    spec = importlib.util.spec_from_file_location(
-        "make_table_stats", ROOT / "scripts/make_table.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_table")
 
 
 # The t distribution.

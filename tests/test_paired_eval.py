@@ -3,29 +3,17 @@ rows of environments evaluated earlier kept when others are evaluated again."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def paired_eval():
-    spec = importlib.util.spec_from_file_location(
-        "paired_eval_script", ROOT / "scripts/paired_eval.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    sys.path.insert(0, str(ROOT / "scripts"))  # as when run: its helper `_cores` beside it
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return module
+    return load_script("paired_eval")
 
 
 def _outcomes(greedy, sampled):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import pathlib
@@ -20,6 +19,7 @@ import pytest
 from absl import flags
 
 from rl4agents import results, sweep
+from tests.scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BASE = str(ROOT / "configs" / "base.py")
@@ -27,11 +27,7 @@ FROZEN_LAKE = str(ROOT / "configs" / "frozen_lake.py")
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(name)
 
 
 # Expansion and names.

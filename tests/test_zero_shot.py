@@ -9,15 +9,15 @@ import importlib.util
 import json
 import os
 import pathlib
-import sys
 
 import pytest
+
+from tests.scripts import load_script
 
 _NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "jinja2")
 _MISSING = [name for name in _NEEDS if importlib.util.find_spec(name) is None]
 pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs {_MISSING} (pip install .[hf])")
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
@@ -29,15 +29,7 @@ NUM_TASKS, CAP, ACTION = 2, 2, 4
 
 @pytest.fixture(scope="module")
 def zero_shot():
-    spec = importlib.util.spec_from_file_location("zero_shot_script", ROOT / "scripts/zero_shot.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    sys.path.insert(0, str(ROOT / "scripts"))  # as when run: its helper `_cores` beside it
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return module
+    return load_script("zero_shot")
 
 
 def _tokenizer(folder: pathlib.Path):
