@@ -804,6 +804,21 @@ def test_stats_helpers():
         results.parse_metric("x:best")
 
 
+# Every committed study plans: it loads, and each of its runs' configs resolves and passes
+# the start-up checks, so a study file cannot rot between the sessions that run it.
+
+
+@pytest.mark.parametrize(
+    "study", sorted(p.name for p in (ROOT / "experiments").glob("*.py")), ids=lambda s: s[:-3]
+)
+def test_committed_study__plans_and_every_config_passes_checks(study, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    planned = sweep.load_study(f"experiments/{study}")
+    assert planned.runs, f"{study} plans no runs"
+    for run in planned.runs:
+        sweep.check_config(sweep.resolve(run.config, run.overrides))
+
+
 # End to end on the example study.
 
 
