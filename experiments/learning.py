@@ -2,7 +2,7 @@
 
   python scripts/sweep.py experiments/learning.py --workers=2   # two runs at a time
   python scripts/paired_eval.py --sweep=runs/sweeps/learning \
-      --out=experiments/results/learning --num_tasks=512
+      --out=experiments/results/learning/study_15min --num_tasks=512
 
 Every run starts from the base policy (`configs/base_policy.py`, saved by scripts/pretrain.py
 in BASE_POLICY, default runs/base_policy) and trains with that environment's settings as the

@@ -1,7 +1,7 @@
 """Paired held-out evaluation of a study's runs against the policy they started from.
 
   python scripts/paired_eval.py --sweep=runs/sweeps/learning \
-      --out=experiments/results/learning --num_tasks=512
+      --out=experiments/results/learning/study_15min --num_tasks=512
 
 For every environment of the study, the start policy (the runs' `init.params`, one per
 environment) and the latest checkpoint of each finished run are evaluated, greedy and sampled,

@@ -1,0 +1,218 @@
+"""The headline learning table: one row per environment, chosen from the learning studies.
+
+  python scripts/learning_table.py --out=experiments/results/learning \
+      --base=runs/base_policy_v2r \
+      experiments/results/learning/study_15min experiments/results/learning_fixes \
+      experiments/results/maze_length_bias experiments/results/learning_full_budget
+
+Every source is a folder written by `scripts/paired_eval.py` (its `table.csv`, and
+`run_data/<env>_seed<k>/config.json` for each run). A source row is eligible for the headline
+when its runs started from `--base` (their `init.params`), it has at least `--min_seeds` seeds
+and `--min_tasks` evaluation tasks, and its runs took at most `--max_minutes` each. Per
+environment the eligible row with the highest lower 95% bound (`delta_ci_low`) is chosen; a tie
+goes to the later source. Choosing the best of several attempts favours the chosen row, so the
+table says how many were eligible (`attempts`) and `attempts.csv` lists every source row,
+eligible or not, with the reason when it is not.
+
+Writes to --out:
+  table.csv     the issue's columns (env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,
+                seeds,eval_tasks,minutes), then the source row's other columns, `study` (the
+                source folder's name), `settings` (the runs' training settings that differ
+                from the environment's defaults in `configs/base_policy.py`) and `attempts`;
+  table.md      the same as Markdown;
+  attempts.csv  every source row with `study`, `settings`, `start` (the runs' start policy),
+                `eligible` and `why_not`.
+Environments with no eligible row are absent from the table (and listed on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl4agents.train import writers  # noqa: E402
+
+COLUMNS = (
+    "env",
+    "base_test",
+    "rl_test",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "seeds",
+    "eval_tasks",
+    "minutes",
+)
+
+
+def read_rows(source: str) -> list[dict]:
+    """The rows of `source`/table.csv, as strings."""
+    path = os.path.join(source, "table.csv")
+    if not os.path.exists(path):
+        raise ValueError(f"source {source!r} has no table.csv; allowed: a paired_eval.py --out")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    missing = [c for c in COLUMNS if rows and c not in rows[0]]
+    if missing:
+        raise ValueError(f"{path} lacks the columns {missing}")
+    return rows
+
+
+def start_policy(source: str, env: str) -> str:
+    """The `init.params` the runs of `env` in `source` started from ("" when unknown; an error
+    when they differ)."""
+    starts = set()
+    for path in sorted(glob.glob(os.path.join(source, "run_data", f"{env}_seed*", "config.json"))):
+        with open(path) as f:
+            starts.add(json.load(f).get("init", {}).get("params", ""))
+    if len(starts) > 1:
+        raise ValueError(f"{source}: the {env} runs start from {sorted(starts)}; allowed: one")
+    return starts.pop() if starts else ""
+
+
+# Config fields that are the study's budget, bookkeeping or start, not a training setting.
+_NOT_SETTINGS = ("train.", "init.", "log.", "checkpoint.", "seed", "pretrain.", "distributed.")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def settings(source: str, env: str) -> str:
+    """The training settings of the `env` runs in `source` that differ from the environment's
+    defaults (`configs/base_policy.py:<env>`), as "key=value" joined by spaces ("defaults" when
+    none, "" when the source kept no config)."""
+    from configs import base_policy  # the environment's defaults
+
+    paths = sorted(glob.glob(os.path.join(source, "run_data", f"{env}_seed*", "config.json")))
+    if not paths:
+        return ""
+    with open(paths[0]) as f:
+        run = _flat(json.load(f))
+    default = _flat(json.loads(base_policy.get_config(env).to_json_best_effort()))
+    diff = [
+        f"{k}={run[k]}"
+        for k in sorted(run)
+        if k in default and run[k] != default[k] and not k.startswith(_NOT_SETTINGS)
+    ]
+    return " ".join(diff) or "defaults"
+
+
+def why_not(row: dict, start: str, args) -> str:
+    """ "" when `row` is eligible, else the first rule it breaks."""
+    if os.path.normpath(start) != os.path.normpath(args.base):
+        return f"start policy {start or 'unknown'}"
+    if int(row["seeds"]) < args.min_seeds:
+        return f"{row['seeds']} seeds"
+    if int(row["eval_tasks"]) < args.min_tasks:
+        return f"{row['eval_tasks']} evaluation tasks"
+    if float(row["minutes"]) > args.max_minutes:
+        return f"{row['minutes']} minutes per run"
+    return ""
+
+
+def choose(attempts: list[dict]) -> list[dict]:
+    """Per environment (in first-seen order), the eligible attempt with the highest
+    `delta_ci_low` (the later one on a tie), with `attempts`: the eligible count."""
+    best: dict[str, dict] = {}
+    count: dict[str, int] = {}
+    for row in attempts:
+        if row["eligible"]:
+            env = row["env"]
+            count[env] = count.get(env, 0) + 1
+            if env not in best or float(row["delta_ci_low"]) >= float(best[env]["delta_ci_low"]):
+                best[env] = row
+    return [{**row, "attempts": count[env]} for env, row in best.items()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sources", nargs="+", help="paired_eval.py output folders, oldest first")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--base", required=True, help="the start policy every chosen row shares")
+    ap.add_argument("--min_seeds", type=int, default=3)
+    ap.add_argument("--min_tasks", type=int, default=512)
+    ap.add_argument("--max_minutes", type=float, default=20.0)
+    args = ap.parse_args()
+    attempts, extra = [], []
+    for source in args.sources:
+        for row in read_rows(source):
+            start = start_policy(source, row["env"])
+            reason = why_not(row, start, args)
+            study = os.path.basename(os.path.normpath(source))
+            attempts.append(
+                {
+                    **row,
+                    "study": study,
+                    "settings": settings(source, row["env"]),
+                    "start": start,
+                    "eligible": not reason,
+                    "why_not": reason,
+                }
+            )
+            header = [c for c in row if c not in COLUMNS and c != "variant"]
+            # The widest header's order first (a newer source has every older column).
+            extra = (
+                header + [c for c in extra if c not in header]
+                if len(header) > len(extra)
+                else extra + [c for c in header if c not in extra]
+            )
+    table = choose(attempts)
+    columns = [*COLUMNS, *extra, "study", "settings", "attempts"]
+    os.makedirs(args.out, exist_ok=True)
+    _write_csv(os.path.join(args.out, "table.csv"), table, columns)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(writers.format_table([_numbers(r) for r in table], columns) + "\n")
+    _write_csv(
+        os.path.join(args.out, "attempts.csv"),
+        attempts,
+        [*COLUMNS, *extra, "study", "settings", "start", "eligible", "why_not"],
+    )
+    for row in table:
+        print(
+            f"{row['env']}: {row['delta']} [{row['delta_ci_low']}, {row['delta_ci_high']}] "
+            f"from {row['study']} (best of {row['attempts']} eligible)"
+        )
+    chosen = {r["env"] for r in table}
+    for env in dict.fromkeys(r["env"] for r in attempts if r["env"] not in chosen):
+        print(f"{env}: no eligible row")
+    improved = sum(float(r["delta_ci_low"]) > 0 for r in table)
+    print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
+
+
+def _numbers(row: dict) -> dict:
+    """`row` with its numeric strings as numbers (right-aligned in Markdown)."""
+    out = {}
+    for key, value in row.items():
+        out[key] = value
+        for kind in (int, float):
+            try:
+                out[key] = kind(value)
+                break
+            except (TypeError, ValueError):
+                pass
+    return out
+
+
+def _write_csv(path: str, rows: list[dict], columns) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()
