@@ -5,14 +5,16 @@ base policy answers right in about 2% of sampled episodes, so most of the first 
 variance comes from the invalid-turn penalty: in the full-budget study's first search_qa run the
 share of zero-variance groups rose from 0.12 to 0.69 in 60 steps while the invalid rate fell
 from 0.08 to 0.015 and training success stayed at 0.015-0.02 (the countdown pattern, see
-`experiments/learning_fixes.py`). This study keeps every other setting of
+`experiments/learning_fixes.py`). Wordle and terminal are further off: the base
+policy's sampled success is 0 on 256 held-out tasks, so every group has zero advantage unless
+the reward says more than success. This study keeps every other setting of
 `experiments/learning_full_budget.py` (budget, in-run evaluation, learning rate) and changes the
-reward: a progress reward for each first search of a person on the question's chain (the
-environment's `progress_reward`), no invalid-turn penalty, no entropy bonus. Success, which the
-table reports, is unchanged: the right answer.
+reward: each environment's progress reward (`progress_reward`, 0.1 per step of progress, listed
+at SHAPING), no invalid-turn penalty, no entropy bonus. Success, which the tables report, is
+unchanged: the goal reached.
 
-  BASE_POLICY=runs/base_policy_v2r python scripts/sweep.py experiments/learning_shaped.py \
-      --workers=1 --devices=1
+  BASE_POLICY=runs/base_policy_v2r SHAPED_ENVS=search_qa python scripts/sweep.py \
+      experiments/learning_shaped.py --workers=1 --devices=1
   python scripts/paired_eval.py --sweep=runs/sweeps/learning_shaped \
       --out=experiments/results/learning_shaped --num_tasks=512 --min_seeds=3
 
@@ -27,14 +29,22 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _learning = config_utils.load_module(os.path.join(_here, "learning.py"), "learning_study")
 _full = config_utils.load_module(os.path.join(_here, "learning_full_budget.py"), "full_budget")
 SEEDS = 3
-# env -> the reward settings (and the changes that go with them) on top of GRPO's defaults.
-SHAPING = {
-    "search_qa": {
-        "env.search_qa.progress_reward": 0.1,
-        "env.search_qa.invalid_penalty": 0.0,
+
+
+def _shaped(env: str, progress: float = 0.1) -> dict:
+    return {
+        f"env.{env}.progress_reward": progress,
+        f"env.{env}.invalid_penalty": 0.0,
         "loss.entropy_coef": 0.0,
-    },
-}
+    }
+
+
+# env -> the reward settings (and the changes that go with them) on top of GRPO's defaults.
+# The progress reward of each environment (its `progress_reward` docstring): search_qa, each
+# first search of a person on the question's chain; wordle, each newly found green position;
+# terminal, each first entry of a directory on the key's path and first read of the key file;
+# web_shop, each first visit of a matching product page and first right size.
+SHAPING = {env: _shaped(env) for env in ("search_qa", "wordle", "terminal", "web_shop")}
 
 
 def get_sweep():
@@ -51,7 +61,7 @@ def get_sweep():
             minutes=_full.MINUTES,
             seeds=SEEDS,
             eval_tasks=_full.EVAL_TASKS,
-            eval_every=_full.EVAL_EVERY[env],
+            eval_every=_full.EVAL_EVERY.get(env, 15),
             overrides=SHAPING[env],
         )
     ]
