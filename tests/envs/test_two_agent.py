@@ -14,6 +14,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import registry, two_agent
+from tests.envs.test_observation_text import CharTokenizer
 
 B = 64  # episodes per batched call
 ENV = two_agent.TwoAgent()
@@ -119,6 +120,35 @@ def test_two_agent__hand_checked_turns_alternate_roles():
         assert f"{role}:\n" in expected
     no_message = two_agent.NO_MESSAGE
     assert [int(s.message) for s, _ in steps[:3]] == [SAY["right"], no_message, no_message]
+
+
+def test_two_agent__exact_text_spaces_the_message_and_fits_the_static_lengths():
+    # A character-level tokenizer keeps every space: this is the text a chat model reads.
+    env = two_agent.TwoAgent(tokenizer=CharTokenizer())
+    tok = env.tokenizer
+    step = jax.jit(env.step)
+    state = env.state_from_text(MAP)
+    view = "###\n#W_\n#_#\n"
+    for action, expected in (
+        ("say up", "walker:\nguide says up\n" + view),
+        ("up", GUIDE_INVALID + "walker:\nguide says nothing\n" + view),
+    ):
+        ids = tok.encode(action)
+        tokens = np.zeros((env.max_action_len,), np.int32)
+        tokens[: len(ids)] = ids
+        _, ts = step(jax.random.key(0), state, tokens, len(ids), TRAIN)
+        assert tok.decode(_obs(ts)) == expected and int(ts.obs_len) == len(expected)
+    # The bound: the longer invalid prefix, the longer status line, then the longer view (the
+    # walker's with the longest message, "nothing": 3 rows of 3 cells).
+    walker = len("walker:\nguide says nothing\n") + 3 * len("###\n")
+    guide = len("guide:\n") + 5 * len("#####\n")
+    status = len("the walker reached the goal .\n")
+    assert env.max_obs_len == len(GUIDE_INVALID) + status + max(walker, guide) == 79 + 30 + 39
+    intro = len(
+        "the guide sees the map and says a move , the walker sees only nearby cells and "
+        "moves : bring the walker W to the goal G .\n"
+    )
+    assert env.max_prompt_len == intro + guide
 
 
 def test_two_agent__reaching_the_goal_and_running_out_of_turns():

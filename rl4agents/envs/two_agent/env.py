@@ -139,8 +139,9 @@ class TwoAgent(base.TextEnv):
             self.tokenizer,
             {
                 **CELLS,
-                **{f"msg:{d}": d for d in DIRECTIONS},
-                "msg:nothing": "nothing",
+                # The message follows "guide says": a leading space keeps the words apart.
+                **{f"msg:{d}": f" {d}" for d in DIRECTIONS},
+                "msg:nothing": " nothing",
                 "newline": "\n",
                 # Ends every observation: the policy's next token is its action.
                 "end": "\n",
