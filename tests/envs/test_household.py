@@ -11,6 +11,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import household, registry
+from tests.envs.test_observation_text import CharTokenizer
 
 B = 64  # episodes per batched call
 ENV = household.Household()
@@ -186,6 +187,69 @@ def test_household__three_item_listing_heat_cool_and_pick_two():
     assert bool(ts.success) and float(ts.reward) == 1.0
 
 
+CHAR_ENV = household.Household(tokenizer=CharTokenizer())
+INVALID = (
+    "invalid action . valid actions: go to R , open R , close R , take O from R , put O in R , "
+    "clean O with sink , heat O with microwave , cool O with fridge , look , inventory ."
+)
+
+
+def test_household__exact_text_spaces_every_fragment_and_fits_the_static_lengths():
+    # A character-level tokenizer keeps every space: this is the text a chat model reads.
+    env, tok = CHAR_ENV, CHAR_ENV.tokenizer
+    step = jax.jit(env.step)
+
+    def play(state, actions):
+        texts = []
+        for action in actions:
+            ids = tok.encode(action)
+            tokens = np.zeros((env.max_action_len,), np.int32)
+            tokens[: len(ids)] = ids
+            state, ts = step(jax.random.key(0), state, tokens, len(ids), TRAIN)
+            texts.append(tok.decode(_obs(ts)))
+            assert int(ts.obs_len) == len(texts[-1]) <= env.max_obs_len
+        return texts
+
+    script = [
+        ("go to cabinet 1", "you arrive at cabinet 1 . it is closed ."),
+        ("open cabinet 1", "you open the cabinet 1 . in it you see an apple 2 , and a knife 1 ."),
+        ("take knife 1 from cabinet 1", "you pick up the knife 1 from the cabinet 1 ."),
+        ("inventory", "you are carrying : a knife 1 ."),
+        ("go to sink 1", "you arrive at sink 1 . on it you see a plate 1 ."),
+        ("clean knife 1 with sink", "you clean the knife 1 using the sink 1 ."),
+        ("go to cabinet 2", "you arrive at cabinet 2 . it is closed ."),
+        ("open cabinet 2", "you open the cabinet 2 . in it you see nothing ."),
+        ("put knife 1 in cabinet 2", "you put the knife 1 in the cabinet 2 ."),
+        ("jump", INVALID),
+    ]
+    texts = play(env.make_state(**KITCHEN), [a for a, _ in script])
+    assert texts == [e + "\n" for _, e in script]
+    done = env.make_state(
+        {"mug 1": "inventory"}, KITCHEN["goal"], "cabinet 2", opened=["cabinet 2"], clean=["mug 1"]
+    )
+    assert play(done, ["put mug 1 in cabinet 2"]) == [
+        "you put the mug 1 in the cabinet 2 . the task is done .\n"
+    ]
+    # The bound: the grammar answer to an invalid action on the last turn, which reaches it.
+    late = env.make_state(**KITCHEN, steps=env.config.max_steps - 1)
+    (last,) = play(late, ["jump"])
+    assert last == INVALID + " you ran out of steps .\n"
+    assert env.max_obs_len == len(last) == 173 + 23 + 1
+
+    state, ts = jax.jit(env.reset)(jax.random.key(0), TRAIN)
+    listing = " , ".join(f"a {r}" for r in env.receptacles[:-1])
+    intro = (
+        "you are in the middle of a room . looking quickly around you , you see "
+        f"{listing} , and a sink 1 .\n"
+    )
+    assert tok.decode(_obs(ts)) == f"{intro}your task is to : {env.goal_text(state.goal)} .\n"
+    # The prompt bound joins the longest goal pieces (the head of "clean", the plural of
+    # "pick_two", the longest receptacle type), more than any one goal reaches.
+    longest = "your task is to : put a clean apples in countertop .\n"
+    assert env.max_prompt_len == len(intro) + len(longest) == 210 + 53
+    assert int(ts.obs_len) <= env.max_prompt_len
+
+
 def test_household__progress_reward_follows_the_subgoals():
     state = SHAPED.make_state(**KITCHEN)
     actions = [
@@ -234,7 +298,7 @@ def test_household__vmap_reset_over_64_keys_is_wellformed():
         for i in range(4):
             state = _index(states, i)
             goal = ENV.goal_text(state.goal)
-            listing = ", ".join(f"a {r}" for r in ENV.receptacles[:-1])
+            listing = " , ".join(f"a {r}" for r in ENV.receptacles[:-1])
             prompt = (
                 "you are in the middle of a room . looking quickly around you , you see "
                 f"{listing} , and a sink 1 .\nyour task is to : {goal} .\n"

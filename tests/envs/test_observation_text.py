@@ -41,13 +41,7 @@ WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" is a grid cell, not par
 
 # Environments whose text has glued words, kept as it is because trained policies and
 # committed results read it. Strict: an environment that no longer glues must leave the list.
-GLUED = {
-    "household": (
-        "fragments carry no separating spaces: the prompt reads "
-        '"your task is to :put abowlincabinet." and "go to sink 1" answers '
-        '"you arrive atsink 1.on it you seeanegg 2."'
-    ),
-}
+GLUED: dict[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True)

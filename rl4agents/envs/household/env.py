@@ -150,21 +150,22 @@ class Household(base.TextEnv):
         self.num_actions = len(actions)
         self.max_action_len = int(self.action_table.lengths.max())
 
-        listing = ", ".join(f"a {r}" for r in self.receptacles[:-1])
+        listing = " , ".join(f"a {r}" for r in self.receptacles[:-1])
         intro = (
             "you are in the middle of a room . looking quickly around you , you see "
             f"{listing} , and a {self.receptacles[-1]} .\n"
         )
+        # Names, articles and goal pieces always follow a word: each starts with a space.
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
-                **{f"name:{n}": n for n in names},
-                **{f"rec:{r}": r for r in self.receptacles},
-                **{f"art:{t}": a for t, a in zip(OBJECT_TYPES, ARTICLES)},
-                **{f"type:{t}": t for t in OBJECT_TYPES},
-                **{f"plural:{t}": p for t, p in zip(OBJECT_TYPES, PLURALS)},
-                **{f"rtype:{t}": t for t in RECEPTACLE_TYPES},
-                **{f"head:{k}": h for k, h in GOAL_HEADS.items()},
+                **{f"name:{n}": f" {n}" for n in names},
+                **{f"rec:{r}": f" {r}" for r in self.receptacles},
+                **{f"art:{t}": f" {a}" for t, a in zip(OBJECT_TYPES, ARTICLES)},
+                **{f"type:{t}": f" {t}" for t in OBJECT_TYPES},
+                **{f"plural:{t}": f" {p}" for t, p in zip(OBJECT_TYPES, PLURALS)},
+                **{f"rtype:{t}": f" {t}" for t in RECEPTACLE_TYPES},
+                **{f"head:{k}": f" {h}" for k, h in GOAL_HEADS.items()},
                 **PHRASES,
                 "intro": intro,
             },
@@ -175,7 +176,7 @@ class Household(base.TextEnv):
         self._rec_frag = np.array([f(f"rec:{r}") for r in self.receptacles], np.int32)
         self._art_frag = np.array([f(f"art:{t}") for t in OBJECT_TYPES], np.int32)
         self._rtype_frag = np.array([f(f"rtype:{t}") for t in RECEPTACLE_TYPES], np.int32)
-        # Goal sentence pieces per (kind, object type): "put a clean" + "mug".
+        # Goal sentence pieces per (kind, object type): " put a clean" + " mug".
         heads = np.zeros((len(GOAL_KINDS), len(OBJECT_TYPES)), np.int32)
         words = np.zeros_like(heads)
         for k, kind in enumerate(GOAL_KINDS):
@@ -193,8 +194,11 @@ class Household(base.TextEnv):
         # Every object listed at one receptacle: "a mug 1 , an apple 2 , and a knife 1 .".
         listing_len = m * (int(lens[self._art_frag].max()) + name_len) + (m - 1) * ln("comma")
         listing_len += ln("comma_and") - ln("comma")
-        describe_len = max(ln("closed"), max(ln("in_it"), ln("on_it")) + listing_len + 1)
-        describe_len = max(describe_len, ln("in_it", "nothing", "period"))
+        describe_len = max(
+            ln("closed"),
+            max(ln("in_it"), ln("on_it")) + listing_len + ln("period"),
+            max(ln("in_it"), ln("on_it")) + ln("nothing", "period"),
+        )
         rows = (
             ln("invalid"),
             ln("nothing_happens"),

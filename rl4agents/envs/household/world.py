@@ -62,39 +62,41 @@ GOAL_HEADS = {
     "pick_a": "put a",
     "pick_an": "put an",
 }
+# Observation phrases. A phrase that follows a word in an observation starts with a space; one
+# that starts a line (an observation's first phrase, the goal line) does not.
 PHRASES = {
-    "period": ".",
-    "comma": ",",
-    "comma_and": ", and",
-    "in": "in",
-    "nothing": "nothing",
+    "period": " .",
+    "comma": " ,",
+    "comma_and": " , and",
+    "in": " in",
+    "nothing": " nothing",
     "task": "your task is to :",
     "arrive": "you arrive at",
     "open": "you open the",
     "close": "you close the",
     "take": "you pick up the",
-    "from": "from the",
+    "from": " from the",
     "put": "you put the",
-    "in_the": "in the",
+    "in_the": " in the",
     "clean": "you clean the",
     "heat": "you heat the",
     "cool": "you cool the",
-    "using": "using the",
+    "using": " using the",
     "at": "you are at",
     "middle": "you are in the middle of a room .",
     "carrying": "you are carrying :",
     "empty_hands": "you are not carrying anything .",
-    "closed": "it is closed .",
-    "in_it": "in it you see",
-    "on_it": "on it you see",
+    "closed": " it is closed .",
+    "in_it": " in it you see",
+    "on_it": " on it you see",
     "nothing_happens": "nothing happens .",
     "invalid": (
         "invalid action . valid actions: go to R , open R , close R , take O from R , "
         "put O in R , clean O with sink , heat O with microwave , cool O with fridge , "
         "look , inventory ."
     ),
-    "success": "the task is done .",
-    "timeout": "you ran out of steps .",
+    "success": " the task is done .",
+    "timeout": " you ran out of steps .",
     # Ends every observation: the policy's next token is its action.
     "end": "\n",
 }
