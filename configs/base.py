@@ -64,6 +64,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # end-of-turn token. "auto" = when the checkpoint has a template | "on" | "off".
     c.model.chat = "auto"
     c.model.system_prompt = ""  # system message opening every episode ("" = none)
+    # One parameter set per role (rl4agents.models.roles): R >= 2 trains R sets stacked on a
+    # leading axis, turn k played by set k mod R (an environment of R agents taking turns,
+    # e.g. two_agent: R = 2). 0 or 1 = one set shared by every role.
+    c.model.role_params = 0
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.num_tasks = 32  # tasks per batch

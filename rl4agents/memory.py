@@ -45,6 +45,10 @@
                       config, and the estimate without this term fell 1.3% below its figure)
     evaluation        the rollout terms with train.eval_tasks episodes
 
+  One parameter set per role (model.role_params = R >= 2, `models.roles`): the parameters, the
+  optimizer moments, the reference and stale copies and the gradients count R sets, and the
+  rollout (R KV caches), scoring, activations and logits R passes (vmapped over the sets).
+
   a(Tk) = 4 x (4 d_model + 3 heads x head_dim + 2 kv_heads x head_dim + 4 d_ff)
           + 8 x (heads + kv_heads) x head_dim + 8 x d_model + (8 + c) x heads x Tk
   is the bytes one layer keeps per token for the backward pass: the normalised inputs, q/k/v,
@@ -576,6 +580,8 @@ def estimate(
     p = DTYPE_BYTES[cfg.param_dtype]
     n_total, n_dev = num_params(cfg), param_elements_per_device(cfg, mesh_shape)
     pb = param_bytes(cfg, mesh_shape)
+    num_roles = run.rollout_cfg.role_params if run.rollout_cfg.role_params >= 2 else 1
+    pb = ParamBytes(*(num_roles * x for x in pb))  # R stacked role sets
     kl = config.loss.kl_coef > 0
     needs_values = run.needs_values
     split_note = "replicated" if n_dev == n_total else f"{n_total / n_dev:.2f}x split"
@@ -601,6 +607,8 @@ def estimate(
         step_how = (
             f"{OPTIMIZER_STEP_COPIES} x parameters (all-reduced gradients, AdamW's new mu and nu)"
         )
+    if num_roles > 1:
+        params_how += f", x {num_roles} role sets (model.role_params)"
     resident = [
         Term("parameters", pb.device, params_how),
         Term("optimizer", 2 * pb.trained_device, optimizer_how),
@@ -658,6 +666,17 @@ def estimate(
             ),
         )
     phases["evaluation"] = _rollout_terms(cfg, sz, config.train.eval_tasks, "eval_tasks")
+    if num_roles > 1:  # every set runs every pass: R KV caches, R activations and logits
+        for phase in ("rollout", "scoring", "update", "evaluation"):
+            if phase in phases:
+                phases[phase] = tuple(
+                    t
+                    if t.name == "gradients"  # counted with the R sets' parameter bytes
+                    else dataclasses.replace(
+                        t, nbytes=num_roles * t.nbytes, formula=f"{num_roles} x ({t.formula})"
+                    )
+                    for t in phases[phase]
+                )
     # parameters, the reference and stale copies, and AdamW's two moments of the trained ones
     state_bytes = pb.total * (1 + kl + knobs.staleness) + 2 * pb.trained_total
     return Estimate(

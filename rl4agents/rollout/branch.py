@@ -230,6 +230,10 @@ def branch_rollout(
       (TreeTrajectory of B (1 + M N) rows, StepRows of those rows under context="window",
       None under "full"). See the module docstring for the row order and masks.
     """
+    if cfg.role_params >= 2:  # a fork copies batch rows; role sets put a role axis first
+        raise ValueError(
+            f"rollout.branch with role_params={cfg.role_params}; allowed: role_params 0 or 1"
+        )
     loop = rollout_lib.turn_loop(graphdef, params, env, env_params, cfg, shard_fn)
     lay = loop.lay
     k_turns, n = lay.turns, bc.num_branches

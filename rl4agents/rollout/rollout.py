@@ -22,7 +22,7 @@ import numpy as np
 from flax import nnx
 
 from rl4agents.models import policy as policy_lib
-from rl4agents.models import sampling
+from rl4agents.models import roles, sampling
 from rl4agents.types import Trajectory
 
 
@@ -44,6 +44,9 @@ class RolloutConfig:
     # just long enough for its turns, so early turns do not attend over empty slots (the cache
     # grows between groups; each group compiles its own copy of the turn).
     turn_groups: int = 1
+    # R >= 2: the policy's parameters are R role sets stacked on a leading axis
+    # (`models.roles`); turn k samples with set k mod R. 0 or 1: one set plays every turn.
+    role_params: int = 0
 
     @property
     def batch_size(self) -> int:
@@ -295,12 +298,40 @@ def turn_loop(
         raise ValueError(f"rollout.window_turns={cfg.window_turns}; allowed: >= 1")
     if cfg.turn_groups < 1:
         raise ValueError(f"rollout.turn_groups={cfg.turn_groups}; allowed: >= 1")
-    model = nnx.merge(graphdef, params)
+    num_roles = cfg.role_params if roles.active(cfg.role_params) else 0
+    shard = shard_fn or (lambda tree: tree)
+    if num_roles:
+        # R role sets: every set reads every token into its own cache (a leading R axis on
+        # each leaf of `_Ctx`); a turn samples from its acting set's logits.
+        model = nnx.merge(graphdef, roles.unstack(params, 0))  # its config only
+
+        def write(ctx, tokens, valid, start, shard_model=None):
+            def one(p, c):
+                return _write(nnx.merge(graphdef, p), c, tokens, valid, start, shard_model)
+
+            return jax.vmap(one)(params, ctx)
+
+        def shard_ctx(ctx):
+            return jax.vmap(shard)(ctx)
+
+        def acting_logits(ctx, k):
+            return ctx.logits[roles.role_of_turn(k, num_roles)]
+    else:
+        model = nnx.merge(graphdef, params)
+
+        def write(ctx, tokens, valid, start, shard_model=None):
+            return _write(model, ctx, tokens, valid, start, shard_model)
+
+        shard_ctx = shard
+
+        def acting_logits(ctx, k):
+            del k
+            return ctx.logits
+
     lay = make_layout(env, cfg)
     g = cfg.group_size
     blk = lay.action + lay.obs
     pad, bos, eoa = env.tokenizer.pad_id, env.tokenizer.bos_id, env.tokenizer.eoa_id
-    shard = shard_fn or (lambda tree: tree)
     budget = cfg.max_episode_tokens or lay.turns * lay.action
     row_len = window_row_length(env, cfg) if window else lay.length
     ctx_len = row_len - lay.action  # window: slots before the action slots of a row
@@ -313,13 +344,19 @@ def turn_loop(
             count=jnp.zeros((rows,), jnp.int32),
             logits=jnp.zeros((rows, model.cfg.vocab_size), jnp.float32),
         )
-        return shard(ctx) if sharded else ctx
+        if num_roles:
+            ctx = jax.tree.map(lambda x: jnp.stack([x] * num_roles), ctx)
+        return shard_ctx(ctx) if sharded else ctx
 
     def grow(carry: Carry, length: int) -> Carry:  # pad the cache's slot axis to `length`
-        ctx = carry.ctx
-        extra = length - ctx.key_valid.shape[1]
+        extra = length - carry.ctx.key_valid.shape[-1]
         if extra == 0:
             return carry
+        pad_ctx = functools.partial(_grow_ctx, extra=extra)
+        ctx = jax.vmap(pad_ctx)(carry.ctx) if num_roles else pad_ctx(carry.ctx)
+        return carry._replace(ctx=shard_ctx(ctx))
+
+    def _grow_ctx(ctx, extra):
         cache = tuple(
             policy_lib.LayerCache(
                 jnp.pad(c.k, ((0, 0), (0, 0), (0, 0), (0, extra))),
@@ -328,7 +365,7 @@ def turn_loop(
             for c in ctx.cache
         )
         key_valid = jnp.pad(ctx.key_valid, ((0, 0), (0, extra)))
-        return carry._replace(ctx=shard(ctx._replace(cache=cache, key_valid=key_valid)))
+        return ctx._replace(cache=cache, key_valid=key_valid)
 
     def start(key, task_keys=None) -> tuple[Episodes, Carry]:
         b = cfg.batch_size
@@ -349,8 +386,9 @@ def turn_loop(
         if not window:  # the G samples of a task share its prompt: prefill it once per task
             first = jnp.arange(cfg.num_tasks) * g
             ctx = fresh_ctx(cfg.num_tasks, groups[0][2], sharded=g == 1)
-            ctx = _write(model, ctx, prompt_tokens[first], prompt_valid[first], 0)
-            ctx = shard(jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), ctx))
+            ctx = write(ctx, prompt_tokens[first], prompt_valid[first], 0)
+            axis = 1 if num_roles else 0  # the batch axis (after the role axis)
+            ctx = shard_ctx(jax.tree.map(lambda x: jnp.repeat(x, g, axis=axis), ctx))
         hist_shape = (b, cfg.window_turns if window else 0, blk)
         carry = Carry(
             ctx=ctx,
@@ -372,15 +410,16 @@ def turn_loop(
         greedy=cfg.greedy if greedy is None else greedy,
     )
 
-    def _token_step(carry, i, *, alive, start, key_turn, left):
+    def _token_step(carry, i, *, alive, start, key_turn, left, turn):
         ctx, stopped = carry
-        token = sample_fn(jax.random.fold_in(key_turn, i), ctx.logits)
+        logits = acting_logits(ctx, turn)
+        token = sample_fn(jax.random.fold_in(key_turn, i), logits)
         active = alive & ~stopped & (i < left)
-        logp_all = sampling.scaled_log_probs(ctx.logits, cfg.temperature)
+        logp_all = sampling.scaled_log_probs(logits, cfg.temperature)
         logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
         entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
         token = jnp.where(active, token, pad)
-        ctx = _write(model, ctx, token[:, None], active[:, None], start + i, shard_fn)
+        ctx = write(ctx, token[:, None], active[:, None], start + i, shard_fn)
         stopped = stopped | (token == eoa)
         out = (token, active, jnp.where(active, logp, 0.0), jnp.where(active, entropy, 0.0))
         return (ctx, stopped), out
@@ -393,7 +432,7 @@ def turn_loop(
         if window:  # rebuild the context: prompt + the last window_turns blocks
             row_tok = jnp.concatenate([prompt_tokens, hist_tok.reshape(b, -1)], axis=1)
             row_valid = jnp.concatenate([prompt_valid, hist_valid.reshape(b, -1)], axis=1)
-            ctx = _write(model, fresh_ctx(b), row_tok, row_valid, 0, shard_fn)
+            ctx = write(fresh_ctx(b), row_tok, row_valid, 0, shard_fn)
             start = ctx_len
         else:
             start = lay.prompt + k * blk
@@ -403,6 +442,7 @@ def turn_loop(
             start=start,
             key_turn=jax.random.fold_in(eps.key_sample, k),
             left=budget - used,
+            turn=k,
         )
         (ctx, _), (act_tok, act_on, act_logp, act_ent) = jax.lax.scan(
             body, (ctx, jnp.zeros((b,), bool)), jnp.arange(lay.action)
@@ -451,7 +491,7 @@ def turn_loop(
             hist_valid = jnp.concatenate([hist_valid[:, 1:], out.valid[:, None]], axis=1)
             ctx = None  # rebuilt next turn
         else:
-            ctx = _write(model, ctx, obs_tok, obs_valid, start + lay.action, shard_fn)
+            ctx = write(ctx, obs_tok, obs_valid, start + lay.action, shard_fn)
         success = success | (alive & ts.success)
         anchor = jnp.where(alive, ts.anchor, anchor)
         done = done | (alive & ts.done)
@@ -652,3 +692,68 @@ def score(
 
     values = None if out.values is None else at_prev(out.values)
     return Scores(at_prev(logp_src), at_prev(ent_src), values)
+
+
+def score_params(
+    graphdef: nnx.GraphDef,
+    params: Any,
+    tokens: jax.Array,
+    valid_mask: jax.Array,
+    temperature: float = 1.0,
+    with_values: bool = False,
+    slots: jax.Array | None = None,
+    prefix: int = 0,
+    group: int = 1,
+    shard=None,
+    *,
+    role_params: int = 0,
+    turn_ids: jax.Array | None = None,
+) -> Scores:
+    """`score` of the policy with state `params` (merged with `graphdef`), one set or R.
+
+    With `role_params` = R >= 2, `params` holds R role sets stacked on a leading axis
+    (`models.roles`): every set scores every slot (R teacher-forced passes, vmapped) and each
+    slot keeps the log-prob and entropy of the set that generated its token, set
+    `turn_ids mod R` (`roles.role_of_slot`); the gradient of set r then comes from the slots of
+    role r only. 0 or 1: `score(nnx.merge(graphdef, params), ...)`.
+
+    Args:
+      graphdef, params: the policy (params: one set, or R stacked).
+      tokens, valid_mask, temperature, with_values, slots, prefix, group, shard: as `score`.
+      role_params: R (0 or 1: one set).
+      turn_ids: int32[B, T] each slot's turn index, -1 for prompt and padding; needed with
+        R >= 2.
+
+    Returns:
+      Scores with f32[B, T] log-probs and entropies (values None with R >= 2).
+    """
+    if not roles.active(role_params):
+        model = nnx.merge(graphdef, params)
+        return score(
+            model, tokens, valid_mask, temperature, with_values, slots, prefix, group, shard
+        )
+    if with_values or turn_ids is None:
+        raise ValueError(
+            f"score_params with role_params={role_params} needs turn_ids and no values "
+            f"(with_values={with_values}, turn_ids given: {turn_ids is not None}); allowed: "
+            "turn_ids int32[B, T] and with_values=False"
+        )
+    chex.assert_equal_shape((tokens, turn_ids))
+
+    def one(p):
+        sc = score(
+            nnx.merge(graphdef, p),
+            tokens,
+            valid_mask,
+            temperature,
+            False,
+            slots,
+            prefix,
+            group,
+            shard,
+        )
+        return sc.logp, sc.entropy
+
+    logp, entropy = jax.vmap(one)(params)  # [R, B, T] each
+    role = roles.role_of_slot(turn_ids, role_params)
+    return Scores(roles.pick(logp, role), roles.pick(entropy, role), None)

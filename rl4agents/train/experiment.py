@@ -18,7 +18,7 @@ import ml_collections
 from flax import nnx
 
 from rl4agents import config_utils, credit, sharding
-from rl4agents.models import hf
+from rl4agents.models import hf, roles
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import resolve as resolve_lib
@@ -38,6 +38,7 @@ COMPAT_KEYS = (
     "model.num_heads",
     "model.num_kv_heads",
     "model.head_dim",
+    "model.role_params",  # R >= 2 stacks R parameter sets on a leading axis
     "model.lora.rank",  # adapters (and which parameters the optimizer state covers)
     "model.chat",  # the token stream of a checkpoint's chat template
     "model.system_prompt",
@@ -58,6 +59,7 @@ COMPAT_DEFAULTS = {
     "model.lora.rank": 0,
     "model.chat": "auto",
     "model.system_prompt": "",
+    "model.role_params": 0,
 }
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
@@ -152,6 +154,8 @@ class Experiment:
             **resolve_lib.lora_settings(self.config),
         )
         params = nnx.split(policy)[1]
+        if roles.active(self.step_cfg.rollout.role_params):  # every role set starts from it
+            params = roles.stack(params, self.step_cfg.rollout.role_params)
         target = self.abstract_state().params
         if jax.tree.structure(params) != jax.tree.structure(target):
             raise ValueError(
@@ -190,10 +194,11 @@ class Experiment:
             max_turns=turns or self.step_cfg.rollout.max_turns,
         )
 
-    def eval_fn(self, split: str, num_tasks: int):
+    def eval_fn(self, split: str, num_tasks: int, swap_roles: bool = False):
         """A jitted `(params, seed) -> metrics` on `num_tasks` fixed tasks of `split`: greedy
         then sampled decoding of the same tasks, as `{"greedy_success": f32[], ...,
         "sampled_success": f32[], ...}` (the keys of `EVAL_KEYS` under each mode).
+        `swap_roles`: the swapped-roles control of `model.role_params` >= 2 (`step.evaluate`).
 
         One compiled program serves both modes (the greedy flag is traced; the two rollouts
         run one after the other, so memory is that of one). Splits served by the training env
@@ -203,7 +208,7 @@ class Experiment:
         env, env_params = self.env.make_split(split)
         rc = self.eval_rollout_config(split, False, num_tasks)
         shared = env is self.env
-        cache_key = (None if shared else split, rc)
+        cache_key = (None if shared else split, rc, swap_roles)
         if cache_key not in self._eval_fns:
             check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
 
@@ -221,6 +226,7 @@ class Experiment:
                         env_params,
                         rc,
                         greedy=greedy,
+                        swap_roles=swap_roles,
                     )
 
                 m = jax.lax.map(one, jnp.array([True, False]))
@@ -283,6 +289,8 @@ def make_state(
     """A fresh training state (pure; jit it with `out_shardings` to create it sharded)."""
     model = policy_lib.Policy(model_cfg, nnx.Rngs(key))
     _, params = nnx.split(model)
+    if roles.active(step_cfg.rollout.role_params):  # R role sets, all equal at the start
+        params = roles.stack(params, step_cfg.rollout.role_params)
     # A separate copy: the train step donates its state, and a buffer cannot be donated twice.
     ref = jax.tree.map(jnp.copy, params) if step_cfg.loss.kl_coef > 0 else None
     return state_lib.TrainState(
@@ -299,9 +307,31 @@ def make_state(
 def state_shardings(
     model_cfg: policy_lib.ModelConfig, step_cfg: step_lib.StepConfig, mesh
 ) -> state_lib.TrainState:
-    """The training state's NamedShardings under the logical-axis rules of `sharding`."""
+    """The training state's NamedShardings under the logical-axis rules of `sharding`.
+
+    With `model.role_params` = R >= 2 the parameters, their reference and stale copies and
+    AdamW's moments carry a leading role axis: each set is sharded as one set would be, the
+    role axis replicated.
+    """
     shapes = jax.eval_shape(functools.partial(make_state, model_cfg, step_cfg), jax.random.key(0))
-    return sharding.tree_shardings(shapes, mesh)
+    if not roles.active(step_cfg.rollout.role_params):
+        return sharding.tree_shardings(shapes, mesh)
+    stacked = ("params", "opt_state", "ref_params", "stale_params")
+
+    def one_set(x):  # the shape of one set's leaf (AdamW's step count has no role axis)
+        return jax.ShapeDtypeStruct(x.shape[1:], x.dtype) if x.shape else x
+
+    per_set = {k: jax.tree.map(one_set, getattr(shapes, k)) for k in stacked}
+    out = sharding.tree_shardings(shapes.replace(**per_set), mesh)
+
+    def lead(sh, shape):  # a role axis in front of every stacked (non-scalar) leaf
+        if not shape.shape:
+            return sh
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, *sh.spec))
+
+    return out.replace(
+        **{k: jax.tree.map(lead, getattr(out, k), getattr(shapes, k)) for k in stacked}
+    )
 
 
 check_batch = resolve_lib.check_batch

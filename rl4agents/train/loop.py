@@ -33,10 +33,19 @@ from rl4agents.train import writers
 EVAL_KEYS = experiment_lib.EVAL_KEYS
 
 
-def evaluate(exp: experiment_lib.Experiment, params, split: str, num_tasks: int) -> dict:
-    """Greedy and sampled evaluation on `num_tasks` fixed tasks of `split`."""
+def evaluate(
+    exp: experiment_lib.Experiment, params, split: str, num_tasks: int, swap_roles: bool = False
+) -> dict:
+    """Greedy and sampled evaluation on `num_tasks` fixed tasks of `split`; `swap_roles`: the
+    swapped-roles control of `model.role_params` >= 2 (role r plays with set (r + 1) mod R,
+    `step.evaluate`)."""
+    fn = (
+        exp.eval_fn(split, num_tasks, swap_roles=True)
+        if swap_roles
+        else exp.eval_fn(split, num_tasks)
+    )
     # A collective program on every process; `to_host` reads its global outputs.
-    m = distributed.to_host(exp.eval_fn(split, num_tasks)(params, exp.config.train.eval_seed))
+    m = distributed.to_host(fn(params, exp.config.train.eval_seed))
     modes = experiment_lib.EVAL_MODES
     return {f"{mode}_{k}": float(m[f"{mode}_{k}"]) for mode in modes for k in EVAL_KEYS}
 

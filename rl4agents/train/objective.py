@@ -65,11 +65,11 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
     The entropy, KL and value terms use the policy loss's aggregation (`agg`, and `agg_scale`
     for "seq-mean-token-sum-norm"), as verl applies one `agg_loss` mode to every term.
     """
-    model = nnx.merge(cfg.graphdef, params)
     lc = cfg.loss
     prefix, group = views.shared_prefix(cfg, full_batch=False)
-    sc = rollout_lib.score(
-        model,
+    sc = rollout_lib.score_params(
+        cfg.graphdef,
+        params,
         batch.tokens,
         batch.valid_mask,
         cfg.rollout.temperature,
@@ -78,6 +78,8 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         prefix=prefix,
         group=group,
         shard=sharding.batch_constraint(cfg.mesh),
+        role_params=cfg.rollout.role_params,
+        turn_ids=batch.turn_ids,
     )
     mask = batch.action_mask
     extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
@@ -170,13 +172,13 @@ def prepare_batch(
         )
     values_old = logp_ref = logp_learner = None
     kl_metrics = {}
-    model = nnx.merge(cfg.graphdef, state.params)
     prefix, group = views.shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
     pin = sharding.batch_constraint(cfg.mesh)
     corrects = lc.tis_cap > 0 or lc.mismatch_fn is not None  # needs the learner's log-probs
     if cfg.needs_values or corrects:
-        sc = rollout_lib.score(
-            model,
+        sc = rollout_lib.score_params(
+            cfg.graphdef,
+            state.params,
             tokens,
             valid,
             cfg.rollout.temperature,
@@ -184,14 +186,16 @@ def prepare_batch(
             prefix=prefix,
             group=group,
             shard=pin,
+            role_params=cfg.rollout.role_params,
+            turn_ids=view.turn_ids,
         )
         values_old = sc.values
         logp_learner = sc.logp
     logp_behavior = view.logp_behavior
     if lc.kl_coef > 0:
-        ref = nnx.merge(cfg.graphdef, state.ref_params)
-        logp_ref = rollout_lib.score(
-            ref,
+        logp_ref = rollout_lib.score_params(
+            cfg.graphdef,
+            state.ref_params,
             tokens,
             valid,
             cfg.rollout.temperature,
@@ -199,6 +203,8 @@ def prepare_batch(
             prefix=prefix,
             group=group,
             shard=pin,
+            role_params=cfg.rollout.role_params,
+            turn_ids=view.turn_ids,
         ).logp
         if lc.kl_in_reward:
             # r_t -= beta * KL(old, ref) on action tokens (docs/methods.md, KL in the loss vs
@@ -217,6 +223,7 @@ def prepare_batch(
                 "kl_coef": jnp.asarray(beta, jnp.float32),
             }
     if credit_token.bootstraps_truncated(cfg.credit_fn):  # needs the value after a row's end
+        model = nnx.merge(cfg.graphdef, state.params)
         out = views.tail_credit(model, traj, cfg, rows is not None, prefix, group, pin)
     else:
         out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))

@@ -241,6 +241,7 @@ def rollout_config(c: ml_collections.ConfigDict) -> rollout_lib.RolloutConfig:
         window_turns=r.window_turns,
         max_episode_tokens=r.max_episode_tokens,
         turn_groups=r.turn_groups,
+        role_params=c.model.get("role_params", 0),
     )
 
 
@@ -294,6 +295,52 @@ def branch_config(
             f"{backend!r}); allowed: 'none', forking needs the jitted rollout"
         )
     return bc
+
+
+def check_role_params(
+    c: ml_collections.ConfigDict,
+    env: Any,
+    model_cfg: policy_lib.ModelConfig,
+    backend: str,
+    branch: branch_lib.BranchConfig | None,
+) -> None:
+    """Check `model.role_params` (`models.roles`): 0 or 1 is one shared parameter set; R >= 2
+    stacks one set per role, for an environment whose `num_agents` = R agents take turns, and
+    refuses what does not yet handle a role axis (LoRA, a value head, branching, host
+    environments, ECHO, a warm start from saved parameters)."""
+    num = c.model.get("role_params", 0)
+    if isinstance(num, bool) or not isinstance(num, int) or num < 0:
+        raise ValueError(
+            f"model.role_params={num!r}; allowed: 0 or 1 (one shared set) or the "
+            "environment's number of agents (one set per role)"
+        )
+    if num < 2:
+        return
+    agents = getattr(env, "num_agents", 1)
+    if agents != num:
+        raise ValueError(
+            f"model.role_params={num} with env.name={c.env.name!r}, which has {agents} "
+            f"agent(s) taking turns; allowed: 0 or 1"
+            + (f", or {agents} (one set per agent)" if agents >= 2 else " (no roles)")
+        )
+    refused = (
+        ("model.lora.rank", model_cfg.lora_rank, model_cfg.lora_rank > 0, "0"),
+        ("model.value_head", model_cfg.value_head, model_cfg.value_head != "none", "'none'"),
+        ("rollout.branch.rule", c.rollout.branch.rule, branch is not None, "'none'"),
+        ("loss.echo_coef", c.loss.echo_coef, c.loss.echo_coef > 0, "0"),
+        ("init.params", c.init.get("params", ""), bool(c.init.get("params", "")), "''"),
+    )
+    for field, value, bad, allowed in refused:
+        if bad:
+            raise ValueError(
+                f"{field}={value!r} with model.role_params={num}: not supported with one "
+                f"parameter set per role; allowed: {allowed}, or model.role_params=0"
+            )
+    if backend != "jax":
+        raise ValueError(
+            f"model.role_params={num} with env.name={c.env.name!r} (rollout backend "
+            f"{backend!r}); allowed: 0, role sets need the jitted rollout"
+        )
 
 
 def loss_settings(c: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -679,6 +726,7 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
     )
     lay = rollout_lib.make_layout(env, rc)  # raises if one turn does not fit
     branch = branch_config(c, lay, backend)
+    check_role_params(c, env, model_cfg, backend, branch)
     rows = rc.batch_size if branch is None else branch.num_rows(rc.batch_size, lay.turns)
     if mesh is None and check_only:
         sharding.check_mesh_shape(c.mesh.axes, c.mesh.shape, c.mesh.axis_types)

@@ -17,10 +17,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
 from rl4agents import sharding
 from rl4agents.losses import regularizers
+from rl4agents.models import roles
 from rl4agents.rollout import branch as branch_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import microbatch, objective, sampling, views
@@ -269,14 +269,18 @@ def prompt_mi_gap(params, traj: Trajectory, cfg: StepConfig) -> dict[str, jax.Ar
     tokens = jnp.concatenate([view.tokens, swap_tokens])
     valid = jnp.concatenate([view.valid, swap_valid])
     slots = jnp.broadcast_to(jnp.asarray(view.action_slots), (2 * b, len(view.action_slots)))
-    model = nnx.merge(cfg.graphdef, params)
-    logp = rollout_lib.score(
-        model,
+    num_roles = cfg.rollout.role_params
+    turn_ids = jnp.concatenate([view.turn_ids] * 2) if roles.active(num_roles) else None
+    logp = rollout_lib.score_params(
+        cfg.graphdef,
+        params,
         tokens,
         valid,
         cfg.rollout.temperature,
         slots=slots,
         shard=sharding.batch_constraint(cfg.mesh),
+        role_params=num_roles,
+        turn_ids=turn_ids,
     ).logp
     mask = view.action_mask
     n = jnp.sum(mask, axis=1).astype(jnp.float32)
@@ -486,9 +490,22 @@ def evaluate(
     env_params,
     rollout_cfg: rollout_lib.RolloutConfig,
     greedy: jax.Array | None = None,
+    swap_roles: bool = False,
 ) -> dict[str, jax.Array]:
     """Run the policy on fixed tasks and summarise (greedy or sampled per `rollout_cfg`, or
-    per the traced bool[] `greedy` when given)."""
+    per the traced bool[] `greedy` when given).
+
+    `swap_roles` (static): the swapped-roles control of role-specific sets
+    (`rollout_cfg.role_params` = R >= 2): role r plays with set (r + 1) mod R
+    (`models.roles.swap`; AT-GRPO's "w/ swapped policies", arXiv 2510.11062).
+    """
+    if swap_roles:
+        if not roles.active(rollout_cfg.role_params):
+            raise ValueError(
+                f"swap_roles=True with role_params={rollout_cfg.role_params}: one shared "
+                "parameter set has no roles to swap; allowed: role_params >= 2"
+            )
+        params = roles.swap(params)
     traj = rollout_lib.rollout(
         key,
         cfg.graphdef,
