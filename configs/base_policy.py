@@ -86,8 +86,16 @@ def _add_pretrain(c: ml_collections.ConfigDict) -> None:
     p.lr = 1e-3
     p.warmup_steps = 50  # then cosine decay to 0
     p.eval_tasks = 256  # held-out tasks per environment for the final evaluation
-    p.max_minutes = 0.0  # stop training after this much wall time (0 = no limit)
+    # Stop training after this much wall time of one invocation (0 = no limit): the run is cut
+    # (checkpoint, parameters, evaluation, summary) and the same command continues it.
+    p.max_minutes = 0.0
     p.eval_every = 0  # also evaluate (test split) every this many steps (0 = at the end only)
+    # Save a checkpoint (workdir/checkpoints, newest 2 kept) every this many steps; the same
+    # command on the same workdir resumes from the newest one. 0 = none (not resumable).
+    p.checkpoint_every = 100
+    # A saved base policy (a pretraining or scripts/sft.py workdir) whose parameters start the
+    # run, for continued pretraining; the optimizer and schedule start fresh. "" = random init.
+    p.init = ""
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -12,7 +12,14 @@ reaches every environment, and an RL run needs the same override). Writes `<work
 (`--config.init.params` accepts it for each environment of `pretrain.envs`), `corpus.json`,
 `eval.json`, `metrics.jsonl`, `provenance.json` and `summary.json` (last), and prints the
 held-out greedy and sampled success per environment (rl4agents/train/pretrain.py,
-docs/base_policy.md). The workdir must be new or hold none of these.
+docs/base_policy.md). The workdir must be new, hold none of these, or hold this run's
+`checkpoints/` (every `pretrain.checkpoint_every` steps).
+
+  # resume a killed or time-cut run: the same command again
+  python scripts/pretrain.py --config=configs/base_policy.py --workdir=runs/base_policy
+  # continued pretraining: 500 more steps from a saved base, in a new workdir
+  python scripts/pretrain.py --config=configs/base_policy.py --workdir=runs/base_policy_more \
+      --config.pretrain.init=runs/base_policy --config.pretrain.steps=500
 """
 
 from __future__ import annotations
@@ -74,15 +81,20 @@ def main(argv):
         print(open(os.path.join(_PUBLISH.value, "table.md")).read())
         return
     config_utils.check_workdir("--workdir", workdir)
+    from rl4agents import checkpoint
+    from rl4agents.train import pretrain
+
     if os.path.isdir(workdir):
         found = [n for n in OUTPUTS if os.path.lexists(os.path.join(workdir, n))]
-        if found:
+        resumable = checkpoint.saved_steps(os.path.join(workdir, pretrain.CHECKPOINT_DIR))
+        if found and not resumable:
             config_utils.fail(
-                f"--workdir={workdir!r} already holds {', '.join(found)}; allowed: a new "
-                "directory, or one holding no pretraining output"
+                f"--workdir={workdir!r} already holds {', '.join(found)} and no checkpoint; "
+                "allowed: a new directory, one holding no pretraining output, or a run's "
+                "workdir with its checkpoints/ (to resume it)"
             )
     from rl4agents import provenance
-    from rl4agents.train import pretrain, writers
+    from rl4agents.train import writers
 
     config = _CONFIG.value
     try:
@@ -103,6 +115,8 @@ def main(argv):
         f"{summary['train_s']} s, evaluation {summary['eval_s']} s"
     )
     print(f"parameters: {summary['params']}  (RL: --config.init.params={workdir})")
+    if summary.get("cut"):
+        print(f"cut: {summary['cut']} of {config.pretrain.steps}; rerun this command to continue")
 
 
 if __name__ == "__main__":

@@ -14,16 +14,33 @@ trains on one environment's batch, drawn by `weights`; an environment's episodes
 The parameters are saved like `scripts/sft.py`'s (`sft.save_params`), with the config's
 `env.name` accepting every trained environment (`checkpoint.with_compat_choices`): an RL run
 in any of them starts from it with `--config.init.params`, and only in those.
+
+Checkpoints and resume: every `pretrain.checkpoint_every` steps the loop saves, atomically
+(`checkpoint.Checkpointer`, the newest 2 kept, in `<workdir>/checkpoints/`), a
+`PretrainState`: parameters, optimizer state, the step, each environment's minibatch stream
+position and the NLL values of the metrics window not yet written. The corpus is not saved: it
+is regenerated from the seed (the same keys give the same episodes), and its sha256 is stored
+with the recipe so that a resumed run refuses a corpus that came out differently. Running the
+same command on the same workdir continues from the newest checkpoint and ends with the
+parameters and metric rows of an uninterrupted run. `pretrain.max_minutes` limits each
+invocation: the run is cut there (a checkpoint, the parameters, the evaluation, a summary
+saying so), and running the command again continues it.
+
+Continued pretraining: `pretrain.init` names a saved base (or an `scripts/sft.py` workdir)
+whose parameters start the run; the optimizer and its schedule start fresh.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -39,6 +56,17 @@ from rl4agents.train import state as state_lib
 
 # Packed episodes are padded to a multiple of this many slots.
 PACK_MULTIPLE = 16
+# A metrics row (the mean NLL per environment since the previous row) every this many steps.
+LOG_EVERY = 50
+CHECKPOINT_DIR = "checkpoints"
+MAX_CHECKPOINTS = 2
+# Fields that may change between invocations of one run: they do not change what is trained.
+RESUMABLE_FIELDS = (
+    "pretrain.max_minutes",
+    "pretrain.eval_tasks",
+    "pretrain.eval_every",
+    "pretrain.checkpoint_every",
+)
 
 
 def parse_envs(value: str, known: Sequence[str]) -> tuple[str, ...]:
@@ -197,6 +225,154 @@ def env_schedule(probs: np.ndarray, steps: int, key: jax.Array) -> np.ndarray:
     return np.asarray(jax.random.choice(key, len(probs), (steps,), p=jnp.asarray(probs)))
 
 
+class RunKeys(NamedTuple):
+    """The PRNG keys of a pretraining run, all folded from one root key (`run_keys`)."""
+
+    root: jax.Array  # fold_in(key(seed), 11): pretraining's own stream
+
+    def corpus(self, i: int) -> jax.Array:
+        """Environment i's corpus key (`collect_corpus`)."""
+        return jax.random.fold_in(self.root, i)
+
+    def init(self) -> jax.Array:
+        """The key of the parameters' random initialisation."""
+        return jax.random.fold_in(self.root, 10_000)
+
+    def stream(self, i: int) -> jax.Array:
+        """Environment i's minibatch stream key (`minibatches_from`)."""
+        return jax.random.fold_in(self.root, 20_000 + i)
+
+    def schedule(self) -> jax.Array:
+        """The key of `env_schedule`."""
+        return jax.random.fold_in(self.root, 30_000)
+
+
+def run_keys(seed: int) -> RunKeys:
+    """The keys of a run with `config.seed` = `seed`."""
+    return RunKeys(jax.random.fold_in(jax.random.key(seed), 11))
+
+
+def minibatches_from(
+    demos: sft.Demos, batch_size: int, key: jax.Array, start: int = 0
+) -> Iterator[sft.Demos]:
+    """`sft.minibatches(demos, batch_size, key)` from its `start`-th minibatch on.
+
+    Minibatch j is slot j % M of pass j // M (M = N // batch_size), the pass shuffled with
+    `fold_in(key, pass)`, so the stream continues at any position without replaying it.
+
+    Args:
+      demos: N episodes (numpy or device arrays).
+      batch_size: episodes per minibatch (at most N).
+      key: the stream's key.
+      start: the index of the first minibatch yielded.
+
+    Yields:
+      `Demos` of `batch_size` episodes (device arrays).
+    """
+    host = jax.tree.map(np.asarray, demos)
+    n = host.tokens.shape[0]
+    per_pass = n // batch_size
+    index = start
+    while True:
+        pass_id, first = divmod(index, per_pass)
+        perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, pass_id), n))
+        for slot in range(first, per_pass):
+            idx = perm[slot * batch_size : (slot + 1) * batch_size]
+            yield jax.tree.map(lambda x, idx=idx: jnp.asarray(x[idx]), host)
+        index = (pass_id + 1) * per_pass
+
+
+def corpus_digest(corpus: Corpus) -> str:
+    """The sha256 of a corpus's episodes (tokens, masks, noise levels), as hex."""
+    h = hashlib.sha256()
+    for x in (
+        corpus.demos.tokens,
+        corpus.demos.valid_mask,
+        corpus.demos.action_mask,
+        corpus.eps,
+    ):
+        x = np.ascontiguousarray(np.asarray(x))
+        h.update(f"{x.dtype}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+@flax.struct.dataclass
+class PretrainState:
+    """Everything the pretraining loop needs to continue a run (the checkpointed pytree)."""
+
+    params: Any  # nnx.State: the decoder's parameters
+    opt_state: Any  # the optimizer's state (optax)
+    step: jax.Array  # int32[] optimizer steps done
+    positions: jax.Array  # int32[E] minibatches drawn from each environment's stream
+    window_nll: jax.Array  # f32[LOG_EVERY] NLL of each step since the last metrics row, 0 after
+    wall_s: jax.Array  # f32[] seconds of the run so far (every invocation)
+    train_s: jax.Array  # f32[] seconds spent training so far (every invocation)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def recipe(
+    config: ml_collections.ConfigDict,
+    env_configs: Mapping[str, ml_collections.ConfigDict],
+    digests: Mapping[str, str] | None = None,
+) -> dict:
+    """What a run trains, flattened: {dotted field: value}.
+
+    The pretraining config's fields but `RESUMABLE_FIELDS` and `log.*`, each environment's
+    config as `envs.<name>.<field>` (but its copy of `pretrain` and `log`), and, once the
+    corpus is collected, each corpus's sha256 as `corpus.<name>` (`corpus_digest`).
+    """
+    out = {
+        k: v
+        for k, v in _flatten(json.loads(config.to_json_best_effort())).items()
+        if k not in RESUMABLE_FIELDS and not k.startswith("log.")
+    }
+    for name, c in env_configs.items():
+        tree = json.loads(c.to_json_best_effort())
+        tree.pop("pretrain", None)
+        tree.pop("log", None)
+        out.update(_flatten(tree, f"envs.{name}"))
+    for name, digest in (digests or {}).items():
+        out[f"corpus.{name}"] = digest
+    return out
+
+
+def check_recipe(stored: Mapping[str, Any], new: Mapping[str, Any], where: str) -> None:
+    """Raises a one-line `ValueError` naming the first field (sorted) on which a run's
+    `recipe` differs from the one stored with its checkpoints; `corpus.*` fields are
+    compared only when `new` has them."""
+    corpus = any(k.startswith("corpus.") for k in new)
+    for key in sorted(stored.keys() | new.keys()):
+        if key.startswith("corpus.") and not corpus:
+            continue
+        old, value = stored.get(key, "<missing>"), new.get(key, "<missing>")
+        if old != value:
+            what = "the corpus" if key.startswith("corpus.") else "the config"
+            raise ValueError(
+                f"{where} holds checkpoints of another pretraining run: {key}={value!r} in "
+                f"{what}, stored {old!r}; allowed: the stored value (to resume), or a new "
+                "workdir"
+            )
+
+
+def _stored_recipe(directory: str) -> dict | None:
+    """The recipe stored beside a checkpoint `directory`'s saved steps, or None."""
+    path = os.path.join(directory, checkpoint_lib.CONFIG_NAME)
+    if not checkpoint_lib.saved_steps(directory) or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def evaluate_all(
     exps: Mapping[str, experiment_lib.Experiment],
     params,
@@ -223,11 +399,22 @@ def _check(p: ml_collections.ConfigDict) -> None:
     for field in ("demos_per_env", "steps", "batch_size", "eval_tasks"):
         if p[field] < 1:
             raise ValueError(f"pretrain.{field}={p[field]}; allowed: >= 1")
-    for field in ("warmup_steps", "eval_every", "max_minutes"):
+    for field in ("warmup_steps", "eval_every", "max_minutes", "checkpoint_every"):
         if p[field] < 0:
             raise ValueError(f"pretrain.{field}={p[field]}; allowed: >= 0")
-    if not p.lr > 0:
-        raise ValueError(f"pretrain.lr={p.lr}; allowed: > 0")
+    if not p.lr >= 0:
+        raise ValueError(f"pretrain.lr={p.lr}; allowed: >= 0")
+
+
+def _finished(workdir: str, steps: int) -> dict | None:
+    """The workdir's summary.json if it records a run finished at `steps`, else None."""
+    try:
+        with open(os.path.join(workdir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    done = summary.get("finished") and summary.get("steps") == steps
+    return summary if done else None
 
 
 def run(
@@ -235,21 +422,31 @@ def run(
     env_configs: Mapping[str, ml_collections.ConfigDict],
     workdir: str,
     log: Callable[[str], None] = print,
+    *,
+    stop_after: int | None = None,
 ) -> dict:
     """Collect the corpus, pretrain, evaluate every environment, save; returns the summary.
+
+    Resumes from the newest checkpoint in `workdir/checkpoints` if there is one (the recipe
+    must be the stored one, `check_recipe`); a resumed run ends as an uninterrupted one would
+    (the same parameters and metric rows). A run already finished returns its summary.
 
     Args:
       config: the pretraining config (`configs/base_policy.py`, no argument): `model`,
         `seed` and the `pretrain` section.
       env_configs: {env name: its config} for every name of `pretrain.envs`; each must share
         the pretraining config's model and `env.vocab` (the parameters are one tree).
-      workdir: where `params/`, `metrics.jsonl`, `corpus.json`, `eval.json` and
-        `summary.json` (last) are written.
+      workdir: where `checkpoints/`, `params/`, `metrics.jsonl`, `corpus.json`, `eval.json`
+        and `summary.json` (last) are written.
       log: progress lines.
+      stop_after: stop after this many steps of this call, with a checkpoint and before the
+        parameters and the evaluation (for tests of interruption and resume); returns
+        {"steps", "finished": False}.
 
     Returns:
       The summary: the corpus recipe and per-environment stats, the schedule, the final
-      held-out (test) greedy and sampled success per environment, and timings.
+      held-out (test) greedy and sampled success per environment, timings, `finished` and
+      `cut` (why training stopped before `pretrain.steps`, or None).
     """
     from rl4agents.train import writers
 
@@ -270,17 +467,32 @@ def run(
                     f"environment {name!r}: {key}={b!r} differs from the pretraining config's "
                     f"{a!r}; allowed: one model and vocabulary for every environment"
                 )
+    ckpt_dir = os.path.join(workdir, CHECKPOINT_DIR)
+    saved = _stored_recipe(ckpt_dir)
+    if saved is not None:
+        if not p.checkpoint_every:
+            raise ValueError(
+                f"pretrain.checkpoint_every=0 but {ckpt_dir} holds checkpoints of this run; "
+                "allowed: > 0 (to resume), or a new workdir"
+            )
+        check_recipe(saved, recipe(config, env_configs), workdir)
+        done = _finished(workdir, p.steps)
+        if done is not None and checkpoint_lib.saved_steps(ckpt_dir)[-1] == p.steps:
+            log(f"already finished at step {p.steps}: {os.path.join(workdir, 'summary.json')}")
+            return done
     t0 = time.perf_counter()
     exps = {name: experiment_lib.build(env_configs[name]) for name in names}
     first = exps[names[0]]
-    root = jax.random.fold_in(jax.random.key(config.seed), 11)  # pretraining's own stream
+    keys = run_keys(config.seed)
     corpora = {}
     for i, name in enumerate(names):
-        corpora[name] = collect_corpus(
-            exps[name], p.demos_per_env, levels, jax.random.fold_in(root, i)
-        )
+        corpora[name] = collect_corpus(exps[name], p.demos_per_env, levels, keys.corpus(i))
         log(f"corpus {name}: {json.dumps(corpora[name].stats())}")
     collect_s = time.perf_counter() - t0
+    digests = {name: corpus_digest(corpora[name]) for name in names}
+    run_recipe = recipe(config, env_configs, digests)
+    if saved is not None:
+        check_recipe(saved, run_recipe, workdir)
     optimizer = state_lib.make_optimizer(
         lr=p.lr,
         grad_clip=config.optim.grad_clip,
@@ -288,50 +500,139 @@ def run(
         schedule="cosine",
         total_steps=p.steps,
     )
-    params = first.init_state(jax.random.fold_in(root, 10_000)).params
-    opt_state = sft.init_opt_state(optimizer, params, first.mesh)
-    step_fn = sft.make_step(first.step_cfg.graphdef, optimizer, first.mesh)
-    streams = {
-        name: sft.minibatches(
-            corpora[name].demos,
-            min(p.batch_size, corpora[name].demos.tokens.shape[0]),
-            jax.random.fold_in(root, 20_000 + i),
+    params = first.init_state(keys.init()).params
+    state = PretrainState(
+        params=params,
+        opt_state=sft.init_opt_state(optimizer, params, first.mesh),
+        step=jnp.zeros((), jnp.int32),
+        positions=jnp.zeros((len(names),), jnp.int32),
+        window_nll=jnp.zeros((LOG_EVERY,), jnp.float32),
+        wall_s=jnp.zeros((), jnp.float32),
+        train_s=jnp.zeros((), jnp.float32),
+    )
+    ckpt = None
+    if p.checkpoint_every:
+        ckpt = checkpoint_lib.Checkpointer(
+            ckpt_dir,
+            max_to_keep=MAX_CHECKPOINTS,
+            config_json=json.dumps(run_recipe),
+            compat_keys=(),  # `check_recipe` compares every field, in one line
         )
-        for i, name in enumerate(names)
-    }
-    schedule = env_schedule(probs, p.steps, jax.random.fold_in(root, 30_000))
-    os.makedirs(workdir, exist_ok=True)
-    writer = writers.MetricWriter(workdir)
-    t_train = time.perf_counter()
-    recent = {name: [] for name in names}
-    steps = p.steps
-    for s in range(p.steps):
-        if p.max_minutes and time.perf_counter() - t_train > 60 * p.max_minutes:
-            steps = s
-            log(f"pretrain.max_minutes={p.max_minutes} reached after {s} steps")
-            break
-        name = names[int(schedule[s])]
-        params, opt_state, m = step_fn(params, opt_state, next(streams[name]))
-        recent[name].append(m["nll"])
-        if (s + 1) % 50 == 0 or s + 1 == p.steps:
-            row = {f"nll/{n}": float(np.mean(jax.device_get(v))) for n, v in recent.items() if v}
-            recent = {n: [] for n in names}
-            writer.write(s + 1, row, prefix="pretrain", wall_time=time.perf_counter() - t0)
-            log(
-                f"step {s + 1}/{p.steps} {time.perf_counter() - t_train:.0f}s "
-                + json.dumps({k: round(v, 3) for k, v in row.items()})
+    try:
+        start = ckpt.latest_step() if ckpt is not None else None
+        if start is not None:
+            state = ckpt.restore(start, state)
+            log(f"resuming from step {start} ({ckpt_dir})")
+        elif p.init:
+            # The base's environments need not be these: its model and vocabulary must match.
+            params = sft.load_params(
+                p.init,
+                first.abstract_state().params,
+                config.to_json_best_effort(),
+                tuple(k for k in experiment_lib.INIT_COMPAT_KEYS if k != "env.name"),
             )
-        if p.eval_every and (s + 1) % p.eval_every == 0 and s + 1 < p.steps:
-            ev = evaluate_all(exps, params, min(p.eval_tasks, 64), ("test",))
-            for n in names:
-                writer.write(s + 1, ev[n]["test"], prefix=f"eval_test/{n}")
-            log("eval " + json.dumps({n: round(ev[n]["test"]["greedy_success"], 3) for n in names}))
-    train_s = time.perf_counter() - t_train
+            state = state.replace(params=params)
+            log(f"parameters from {p.init}")
+        resumed = start is not None
+        start = start or 0
+        t0 -= float(state.wall_s)  # the run's clock counts every invocation
+        step_fn = sft.make_step(first.step_cfg.graphdef, optimizer, first.mesh)
+        params, opt_state = state.params, state.opt_state
+        positions = np.array(state.positions, np.int64)
+        streams = {
+            name: minibatches_from(
+                corpora[name].demos,
+                min(p.batch_size, corpora[name].demos.tokens.shape[0]),
+                keys.stream(i),
+                int(positions[i]),
+            )
+            for i, name in enumerate(names)
+        }
+        schedule = env_schedule(probs, p.steps, keys.schedule())
+        # The NLL of each step since the last metrics row, in step order.
+        row_start = start // LOG_EVERY * LOG_EVERY
+        window = list(np.asarray(state.window_nll)[: start - row_start])
+        os.makedirs(workdir, exist_ok=True)
+        # Rows after the checkpointed step are redone by this run; they are dropped first.
+        writer = writers.MetricWriter(workdir, resume_step=start + 1)
+        t_train = time.perf_counter()
+        train_offset = float(state.train_s)
+        step, saved_at, cut = start, (start if resumed else None), None
+
+        def save(step: int) -> None:
+            nll = np.zeros(LOG_EVERY, np.float32)
+            nll[: len(window)] = jax.device_get(window)
+            now = time.perf_counter()
+            ckpt.save(
+                step,
+                PretrainState(
+                    params=params,
+                    opt_state=opt_state,
+                    step=jnp.asarray(step, jnp.int32),
+                    positions=jnp.asarray(positions, jnp.int32),
+                    window_nll=jnp.asarray(nll),
+                    wall_s=jnp.asarray(now - t0, jnp.float32),
+                    train_s=jnp.asarray(train_offset + now - t_train, jnp.float32),
+                ),
+            )
+
+        try:
+            while step < p.steps:
+                if stop_after is not None and step - start >= stop_after:
+                    break
+                if p.max_minutes and time.perf_counter() - t_train > 60 * p.max_minutes:
+                    cut = f"pretrain.max_minutes={p.max_minutes} reached at step {step}"
+                    log(f"{cut} of {p.steps}; rerun the command to continue")
+                    break
+                i = int(schedule[step])
+                params, opt_state, m = step_fn(params, opt_state, next(streams[names[i]]))
+                positions[i] += 1
+                window.append(m["nll"])
+                step += 1
+                if step % LOG_EVERY == 0 or step == p.steps:
+                    row = _nll_row(window, schedule[row_start:step], names)
+                    window, row_start = [], step
+                    writer.write(step, row, prefix="pretrain", wall_time=time.perf_counter() - t0)
+                    log(
+                        f"step {step}/{p.steps} {time.perf_counter() - t_train:.0f}s "
+                        + json.dumps({k: round(v, 3) for k, v in row.items()})
+                    )
+                if p.eval_every and step % p.eval_every == 0 and step < p.steps:
+                    ev = evaluate_all(exps, params, min(p.eval_tasks, 64), ("test",))
+                    for n in names:
+                        writer.write(step, ev[n]["test"], prefix=f"eval_test/{n}")
+                    log(
+                        "eval "
+                        + json.dumps({n: round(ev[n]["test"]["greedy_success"], 3) for n in names})
+                    )
+                if ckpt is not None and step % p.checkpoint_every == 0:
+                    save(step)
+                    saved_at = step
+        except KeyboardInterrupt:
+            if ckpt is not None and saved_at != step:
+                save(step)
+                ckpt.wait()
+                log(f"interrupted at step {step}; checkpoint saved, rerun to resume")
+            writer.close()
+            raise
+        if ckpt is not None and saved_at != step:
+            save(step)
+        if ckpt is not None:
+            ckpt.wait()
+        train_s = train_offset + time.perf_counter() - t_train
+    finally:
+        if ckpt is not None:
+            ckpt.close()
+    if stop_after is not None and step < p.steps and cut is None:
+        writer.close()
+        return {"steps": step, "finished": False}
     config_json = checkpoint_lib.with_compat_choices(
         config.to_json_best_effort(sort_keys=True, indent=2), {"env.name": list(names)}
     )
-    # Saved before the evaluation, which writes eval.json after each environment.
-    sft.save_params(workdir, params, steps, config_json, experiment_lib.INIT_COMPAT_KEYS)
+    # Saved before the evaluation, which writes eval.json after each environment. A run
+    # resumed after this save (killed in the evaluation) finds the same parameters there.
+    if step not in checkpoint_lib.saved_steps(os.path.join(workdir, sft.PARAMS_DIR)):
+        sft.save_params(workdir, params, step, config_json, experiment_lib.INIT_COMPAT_KEYS)
     corpus = {
         "recipe": {
             "eps": list(levels),
@@ -353,29 +654,45 @@ def run(
     evals = evaluate_all(exps, params, p.eval_tasks, ("test",), done=write_eval)
     eval_s = time.perf_counter() - t_eval
     for n in names:
-        writer.write(steps, evals[n]["test"], prefix=f"eval_test/{n}")
+        writer.write(step, evals[n]["test"], prefix=f"eval_test/{n}")
     writer.close()
-    counts = np.bincount(schedule[:steps], minlength=len(names))
+    counts = np.bincount(schedule[:step], minlength=len(names))
     summary = {
         "envs": list(names),
         "model": config_utils.to_dict(config.model),
         "num_params": int(sum(x.size for x in jax.tree.leaves(params))),
         "pretrain": config_utils.to_dict(p),
-        "steps": steps,
+        "steps": step,
+        "finished": cut is None,
+        "cut": cut,  # why training stopped before pretrain.steps (rerun to continue), or None
+        "start_step": start,  # where this invocation began (> 0: resumed from a checkpoint)
+        "init": p.init or None,
         "steps_per_env": {n: int(counts[i]) for i, n in enumerate(names)},
         "corpus": corpus,
         "test": {n: evals[n]["test"] for n in names},
         "eval_tasks": p.eval_tasks,
-        "collect_s": round(collect_s, 1),
-        "train_s": round(train_s, 1),
+        "collect_s": round(collect_s, 1),  # this invocation's (a resumed run collects again)
+        "train_s": round(train_s, 1),  # every invocation's
         "eval_s": round(eval_s, 1),
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "process_cpu_s": round(time.process_time(), 1),  # user + system, every thread
+        "wall_s": round(time.perf_counter() - t0, 1),  # every invocation's
+        "process_cpu_s": round(time.process_time(), 1),  # this process: user + system
         "params": os.path.join(workdir, sft.PARAMS_DIR),
     }
     with open(os.path.join(workdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def _nll_row(window: list, envs: np.ndarray, names: Sequence[str]) -> dict:
+    """{"nll/<env>": mean NLL} of a metrics window: `window[k]` is the NLL of a step on
+    environment `envs[k]`; environments without a step in it are left out."""
+    values = jax.device_get(window)
+    row = {}
+    for i, name in enumerate(names):
+        mine = [v for v, e in zip(values, envs) if e == i]
+        if mine:
+            row[f"nll/{name}"] = float(np.mean(mine))
+    return row
 
 
 TABLE_COLUMNS = (
