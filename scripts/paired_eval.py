@@ -207,6 +207,7 @@ def main() -> None:
             exp.abstract_state().params,
             exp.config_json,
             experiment.INIT_COMPAT_KEYS,
+            compat_defaults=experiment.COMPAT_DEFAULTS,
         )
         base_out = outcomes(exp, base_params, args.split, args.num_tasks)
         for i in range(args.num_tasks):

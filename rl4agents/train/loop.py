@@ -426,6 +426,7 @@ def _warm_start(exp, state, directory: str):
         exp.abstract_state().params,
         exp.config_json,
         experiment_lib.INIT_COMPAT_KEYS,
+        compat_defaults=experiment_lib.COMPAT_DEFAULTS,
         fresh=state.params,
         critic_init=exp.config.init.get("critic", "fresh"),
     )

@@ -530,6 +530,7 @@ def run(
                 first.abstract_state().params,
                 config.to_json_best_effort(),
                 tuple(k for k in experiment_lib.INIT_COMPAT_KEYS if k != "env.name"),
+                compat_defaults=experiment_lib.COMPAT_DEFAULTS,
             )
             state = state.replace(params=params)
             log(f"parameters from {p.init}")

@@ -303,6 +303,7 @@ def load_params(
     *,
     fresh: Any = None,
     critic_init: str = "fresh",
+    compat_defaults: Any = None,
 ) -> Any:
     """Restore the newest parameters saved by `save_params` onto `abstract_params`.
 
@@ -320,6 +321,8 @@ def load_params(
       compat_keys: dotted config fields that must agree (environment and model).
       fresh: the run's initial parameters (an nnx.State like `abstract_params`), or None.
       critic_init: "fresh" | "policy" (see above).
+      compat_defaults: for compat keys added after the parameters were saved, the value they
+        had (`experiment.COMPAT_DEFAULTS`), so older saves stay loadable.
 
     Raises:
       FileNotFoundError: no saved parameters there.
@@ -345,6 +348,7 @@ def load_params(
         path,
         config_json=config_json,
         compat_keys=compat_keys,
+        compat_defaults=compat_defaults,
         remedy=(
             f"init.params={directory!r} was saved for another environment or model: start from "
             "parameters saved with these values, or set them as stored."

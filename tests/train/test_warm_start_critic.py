@@ -89,3 +89,23 @@ def test_unknown_critic_init_is_refused(saved):
         sft.load_params(
             directory, fresh, _config("separate"), KEYS, fresh=fresh, critic_init="copy"
         )
+
+
+def test_saved_before_a_compat_key_existed__loads_with_its_default(tmp_path):
+    # A base saved before `model.role_params` existed (no such field in its config) starts a
+    # run whose config has the field at its default; any other value is refused.
+    from rl4agents.train import experiment
+
+    keys = (*KEYS, "model.role_params")
+    params = _params("none", seed=1)
+    sft.save_params(str(tmp_path), params, 7, _config("none"), KEYS)
+    run = json.dumps({"model": {"value_head": "none", "d_model": 16, "role_params": 0}})
+    defaults = experiment.COMPAT_DEFAULTS
+    assert defaults["model.role_params"] == 0
+    out = sft.load_params(str(tmp_path), params, run, keys, compat_defaults=defaults)
+    _assert_equal(out, params)
+    with pytest.raises(ValueError, match=r"model.role_params: stored <missing>, new 0"):
+        sft.load_params(str(tmp_path), params, run, keys)
+    two = json.dumps({"model": {"value_head": "none", "d_model": 16, "role_params": 2}})
+    with pytest.raises(ValueError, match=r"model.role_params: stored 0, new 2"):
+        sft.load_params(str(tmp_path), params, two, keys, compat_defaults=defaults)
