@@ -72,13 +72,13 @@ def _lookup(config: dict, dotted: str) -> Any:
     return node
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
     if not isinstance(tree, dict):
         return {prefix: tree}
     out = {}
     for key, value in tree.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
 
 
@@ -602,8 +602,8 @@ class Checkpointer:
         stored = self._stored_config()
         if stored is None:
             return []
-        stored = _flatten(stored)
-        new = _flatten(self._config)
+        stored = flatten(stored)
+        new = flatten(self._config)
         keys = [
             k for k in stored.keys() | new.keys() if stored.get(k, _MISSING) != new.get(k, _MISSING)
         ]

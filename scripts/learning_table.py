@@ -35,6 +35,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl4agents import checkpoint  # noqa: E402
 from rl4agents.train import writers  # noqa: E402
 
 COLUMNS = (
@@ -79,16 +80,6 @@ def start_policy(source: str, env: str) -> str:
 _NOT_SETTINGS = ("train.", "init.", "log.", "checkpoint.", "seed", "pretrain.", "distributed.")
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def settings(source: str, env: str) -> str:
     """The training settings of the `env` runs in `source` that differ from the environment's
     defaults (`configs/base_policy.py:<env>`), as "key=value" joined by spaces ("defaults" when
@@ -99,8 +90,8 @@ def settings(source: str, env: str) -> str:
     if not paths:
         return ""
     with open(paths[0]) as f:
-        run = _flat(json.load(f))
-    default = _flat(json.loads(base_policy.get_config(env).to_json_best_effort()))
+        run = checkpoint.flatten(json.load(f))
+    default = checkpoint.flatten(json.loads(base_policy.get_config(env).to_json_best_effort()))
     diff = [
         f"{k}={run[k]}"
         for k in sorted(run)

@@ -310,16 +310,6 @@ class PretrainState:
     train_s: jax.Array  # f32[] seconds spent training so far (every invocation)
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out = {}
-    for key, value in tree.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
 def recipe(
     config: ml_collections.ConfigDict,
     env_configs: Mapping[str, ml_collections.ConfigDict],
@@ -333,14 +323,14 @@ def recipe(
     """
     out = {
         k: v
-        for k, v in _flatten(json.loads(config.to_json_best_effort())).items()
+        for k, v in checkpoint_lib.flatten(json.loads(config.to_json_best_effort())).items()
         if k not in RESUMABLE_FIELDS and not k.startswith("log.")
     }
     for name, c in env_configs.items():
         tree = json.loads(c.to_json_best_effort())
         tree.pop("pretrain", None)
         tree.pop("log", None)
-        out.update(_flatten(tree, f"envs.{name}"))
+        out.update(checkpoint_lib.flatten(tree, f"envs.{name}"))
     for name, digest in (digests or {}).items():
         out[f"corpus.{name}"] = digest
     return out

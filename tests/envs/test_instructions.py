@@ -15,7 +15,6 @@ tokenizer's lenient match accepts all of these too).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import re
@@ -28,31 +27,12 @@ import pytest
 from configs import base_policy
 from rl4agents import config_utils, envs
 from rl4agents.envs import instructions
+from tests.envs.chars import CharTokenizer
 
 ENVS = base_policy.ENVS
 B = 16  # reset states per check
 WIDTH = 32  # action token budget: the longest example is 25 characters
 JUNK = "jump"
-
-
-@dataclasses.dataclass(frozen=True)
-class CharTokenizer:
-    """One token per printable ASCII character or newline; decode inverts encode exactly."""
-
-    chars: str = "".join(chr(i) for i in range(32, 127)) + "\n"
-    pad_id = 0
-    bos_id = 1
-    eoa_id = 2
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars) + 3
-
-    def encode(self, text: str) -> list[int]:
-        return [self.chars.index(ch) + 3 for ch in text]
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[int(i) - 3] for i in ids if int(i) >= 3)
 
 
 TOK = CharTokenizer()

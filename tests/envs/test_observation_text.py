@@ -22,7 +22,6 @@ the invalid-action messages.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 
@@ -32,6 +31,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import registry
+from tests.envs.chars import CharTokenizer
 
 B = 8  # episodes per environment
 K = 8  # turns per episode
@@ -42,26 +42,6 @@ WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" is a grid cell, not par
 # Environments whose text has glued words, kept as it is because trained policies and
 # committed results read it. Strict: an environment that no longer glues must leave the list.
 GLUED: dict[str, str] = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class CharTokenizer:
-    """One token per printable ASCII character or newline; decode inverts encode exactly."""
-
-    chars: str = "".join(chr(i) for i in range(32, 127)) + "\n"
-    pad_id = 0
-    bos_id = 1
-    eoa_id = 2
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars) + 3
-
-    def encode(self, text_: str) -> list[int]:
-        return [self.chars.index(ch) + 3 for ch in text_]
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[int(i) - 3] for i in ids if int(i) >= 3)
 
 
 TOK = CharTokenizer()

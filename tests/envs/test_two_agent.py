@@ -14,7 +14,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import registry, two_agent
-from tests.envs.test_observation_text import CharTokenizer
+from tests.envs.chars import CharTokenizer
 
 B = 64  # episodes per batched call
 ENV = two_agent.TwoAgent()
