@@ -41,10 +41,10 @@ ENVS = (
 MODEL = dict(preset="small", d_model=0, num_layers=0, d_ff=0, num_heads=0, num_kv_heads=0)
 # Contexts of 1,400-3,200 slots: RL batches of 4 tasks x 8 samples, and the update split in
 # minibatches, as in experiments/results/envs (the memory check refuses the env's default).
-# The long-context environments: smaller batches, and the rollout in 4 turn groups (each group
+# The long-context environments: smaller batches, and the rollout in 4 turn groups: each group
 # decodes and prefills against a KV cache only as long as its turns need instead of the whole
-# episode's slots; attention over the cache dominates these rollouts: household's rollout ran
-# 1.45-1.49x faster with 4 groups than with 1, with the same tokens).
+# episode's slots, and attention over the cache is most of these rollouts' work (the tokens are
+# the same as with one group).
 _LONG = {
     "two_agent": dict(num_tasks=4, group_size=8, minibatches=2, turn_groups=4),
     "web_shop": dict(num_tasks=4, group_size=8, minibatches=2, turn_groups=4),
