@@ -24,6 +24,19 @@ SUMMARY_NAME = writers.SUMMARY_NAME
 read_summary = writers.read_summary  # the run's summary.json, or None
 METRICS_NAME = "metrics.jsonl"
 PLAN_NAME = "sweep.json"  # the expanded study, in the sweep's output directory
+# The first columns of a learning table (scripts/paired_eval.py, scripts/learning_table.py):
+# the change in held-out greedy success from the start policy, with its 95% interval.
+LEARNING_COLUMNS = (
+    "env",
+    "base_test",
+    "rl_test",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "seeds",
+    "eval_tasks",
+    "minutes",
+)
 
 
 def is_complete(workdir: str) -> bool:

@@ -35,20 +35,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from rl4agents import checkpoint  # noqa: E402
+from rl4agents import checkpoint, results  # noqa: E402
 from rl4agents.train import writers  # noqa: E402
 
-COLUMNS = (
-    "env",
-    "base_test",
-    "rl_test",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "seeds",
-    "eval_tasks",
-    "minutes",
-)
+COLUMNS = results.LEARNING_COLUMNS
 
 
 def read_rows(source: str) -> list[dict]:

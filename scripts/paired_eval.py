@@ -46,17 +46,7 @@ from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
 from rl4agents import results  # noqa: E402
 from rl4agents.train import experiment, sft, writers  # noqa: E402
 
-COLUMNS = (
-    "env",
-    "base_test",
-    "rl_test",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "seeds",
-    "eval_tasks",
-    "minutes",
-)
+COLUMNS = results.LEARNING_COLUMNS
 EXTRA = (
     "rl_test_per_seed",
     "base_sampled",
