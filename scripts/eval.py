@@ -2,6 +2,8 @@
 
   python scripts/eval.py --workdir=runs/fl --split=test
   python scripts/eval.py --workdir=runs/fl --split=train,test,ood --num_tasks=512
+  # a run with model.role_params=R >= 2: both the trained and the swapped-roles assignment
+  python scripts/eval.py --workdir=runs/two_agent_roles --swap_roles
 
 The run's own config (workdir/checkpoints/config.json, over the defaults of configs/base.py for
 fields added since it was saved) rebuilds the experiment. Each evaluation leaves
@@ -32,6 +34,13 @@ _SPLIT = flags.DEFINE_list("split", ["test"], f"Comma-separated splits among {SP
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "Tasks per split (0 = the run's eval_tasks).")
 _STEP = flags.DEFINE_integer("step", -1, "Checkpoint step (-1 = latest).")
 _SEED = flags.DEFINE_integer("seed", -1, "Evaluation seed (-1 = the run's train.eval_seed).")
+_SWAP = flags.DEFINE_bool(
+    "swap_roles",
+    False,
+    "Runs with model.role_params=R >= 2: add a row per split where role r plays with parameter "
+    "set (r + 1) mod R (the swapped-roles control); a drop from the trained row is what the "
+    "role-specific sets learned.",
+)
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -90,6 +99,13 @@ def main(argv):
             ckpt.close()
         exp.close()
         config_utils.fail(str(e))
+    if _SWAP.value and config.model.role_params < 2:
+        ckpt.close()
+        exp.close()
+        config_utils.fail(
+            f"--swap_roles: this run has model.role_params={config.model.role_params}, one "
+            "parameter set for every role; allowed: a run with model.role_params >= 2"
+        )
     num_tasks = _NUM_TASKS.value or config.train.eval_tasks
     try:
         experiment.check_batch(num_tasks, 1, exp.mesh, field=f"--num_tasks={num_tasks}")
@@ -104,11 +120,16 @@ def main(argv):
     try:
         for split in _SPLIT.value:
             ev = loop.evaluate(exp, state.params, split, num_tasks)
-            rows.append({"split": split, "tasks": num_tasks, **ev})
+            roles = {"roles": "trained"} if _SWAP.value else {}
+            rows.append({"split": split, **roles, "tasks": num_tasks, **ev})
+            if _SWAP.value:
+                ev = loop.evaluate(exp, state.params, split, num_tasks, swap_roles=True)
+                rows.append({"split": split, "roles": "swapped", "tasks": num_tasks, **ev})
     finally:
         exp.close()
     cols = [
         "split",
+        *(["roles"] if _SWAP.value else []),
         "tasks",
         "greedy_success",
         "sampled_success",

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -278,3 +281,36 @@ def test_config__two_agent_roles_passes_the_start_up_checks():
     assert (c.model.role_params, c.credit.name, c.env.name) == (2, "at_grpo", "two_agent")
     run = resolve.resolve(c, check_only=True)
     assert run.rollout_cfg.role_params == 2
+
+
+def test_eval_cli__swap_roles_adds_the_control_row(tmp_path):
+    """`scripts/eval.py --swap_roles` on a saved R = 2 run: a "trained" and a "swapped" row per
+    split, the same numbers as `loop.evaluate` on the restored sets (8 devices in the
+    subprocess, one here: success over 8 tasks does not see the reduction order)."""
+    c = tiny_config(
+        **{"rollout.num_tasks": 4, "train.num_steps": 2, "train.eval_every": 2}
+        | {"train.eval_tasks": 8, "train.eval_ood": False}
+    )
+    loop.run(c, str(tmp_path), quiet=True)
+    out = subprocess.run(
+        [sys.executable, "scripts/eval.py", f"--workdir={tmp_path}", "--swap_roles"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "trained" in out.stdout and "swapped" in out.stdout
+    rows = json.loads((tmp_path / "eval_provenance.json").read_text())["eval"]["rows"]
+    assert [(r["split"], r["roles"]) for r in rows] == [("test", "trained"), ("test", "swapped")]
+    exp = experiment.build(c, mesh=one_device_mesh())
+    with checkpoint_lib.Checkpointer(
+        str(tmp_path / "checkpoints"),
+        config_json=exp.config_json,
+        compat_keys=experiment.COMPAT_KEYS,
+    ) as ckpt:
+        params = ckpt.restore(2, exp.abstract_state()).params
+    for row, swap in zip(rows, (False, True)):
+        ref = loop.evaluate(exp, params, "test", 8, swap_roles=swap)
+        assert {k: row[k] for k in ("greedy_success", "sampled_success")} == {
+            k: ref[k] for k in ("greedy_success", "sampled_success")
+        }

@@ -307,6 +307,7 @@ def test_eval_cli__prints_table_and_refuses_bad_flags_in_one_line(tmp_path, full
         ((f"--workdir={full_run}", "--step=-5"), "--step=-5; allowed: a saved step, or -1"),
         ((f"--workdir={full_run}", "--seed=-5"), "--seed=-5; allowed: >= 0, or -1"),
         ((f"--workdir={full_run}", "extra"), "unexpected arguments ['extra']"),
+        ((f"--workdir={full_run}", "--swap_roles"), "--swap_roles: this run has model.role_p"),
         # 8 devices in the tests (tests/conftest.py): the tasks are split over them.
         ((f"--workdir={full_run}", "--num_tasks=3"), "--num_tasks=3: batch of 3 episodes"),
     ]
