@@ -162,6 +162,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.grad_clip = 1.0
     c.optim.warmup_steps = 0
     c.optim.schedule = "constant"  # "constant" | "cosine"
+    # An update whose gradient is exactly zero (e.g. every GRPO group with equal rewards and no
+    # other loss term) leaves the parameters and Adam's state unchanged instead of moving them
+    # along Adam's stale first moment (`state.skip_zero_updates`).
+    c.optim.skip_zero_grad = False
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.axes = ("data", "fsdp", "tensor")

@@ -48,10 +48,12 @@ COMPAT_KEYS = (
     "train.staleness",  # k > 0 keeps k copies of the parameters (the sampler's) in the state
     "optim.grad_clip",
     "optim.weight_decay",
+    "optim.skip_zero_grad",
     "seed",  # a resumed run replays the randomness of the uninterrupted one
 )
 # Compat keys added after runs were saved: the value such a run had (`Checkpointer`).
-# Runs saved before the adaptive controller, EPO, staleness, LoRA and chat framing.
+# Runs saved before the adaptive controller, EPO, staleness, LoRA, chat framing, role sets and
+# the zero-gradient skip.
 COMPAT_DEFAULTS = {
     "loss.kl_ctrl": "fixed",
     "loss.epo_coef": 0.0,
@@ -60,6 +62,7 @@ COMPAT_DEFAULTS = {
     "model.chat": "auto",
     "model.system_prompt": "",
     "model.role_params": 0,
+    "optim.skip_zero_grad": False,
 }
 
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".

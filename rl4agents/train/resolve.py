@@ -445,6 +445,7 @@ def optimizer(c: ml_collections.ConfigDict) -> optax.GradientTransformation:
         warmup_steps=c.optim.warmup_steps,
         schedule=c.optim.schedule,
         total_steps=c.train.num_steps * c.train.epochs * c.train.minibatches,
+        skip_zero_grad=c.optim.skip_zero_grad,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import flax.struct
 import jax
+import jax.numpy as jnp
 import optax
 
 
@@ -40,8 +41,10 @@ def make_optimizer(
     warmup_steps: int = 0,
     schedule: str = "constant",
     total_steps: int = 1,
+    skip_zero_grad: bool = False,
 ) -> optax.GradientTransformation:
-    """AdamW with global-norm clipping and a warm-up then constant or cosine schedule."""
+    """AdamW with global-norm clipping and a warm-up then constant or cosine schedule;
+    `skip_zero_grad`: wrapped in `skip_zero_updates`."""
     if schedule == "constant":
         sched = (
             optax.join_schedules(
@@ -59,4 +62,30 @@ def make_optimizer(
         raise ValueError(f"optim.schedule={schedule!r}; allowed: 'constant', 'cosine'")
     parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
     parts.append(optax.adamw(sched, b1=b1, b2=b2, weight_decay=weight_decay))
-    return optax.chain(*parts)
+    opt = optax.chain(*parts)
+    return skip_zero_updates(opt) if skip_zero_grad else opt
+
+
+def skip_zero_updates(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`inner`, except that an update whose gradient is exactly zero is no update at all: the
+    parameters and `inner`'s state (moments, step count, schedule) stay as they were.
+
+    Under GRPO a batch in which every group's rewards are equal has zero advantage everywhere
+    and, without other loss terms, a zero gradient. Adam still moves the parameters on such a
+    step: its first moment m decays by b1 per step while the square root of its bias-corrected
+    second moment shrinks more slowly, so one informative gradient goes on moving every
+    parameter by up to about lr per step, in that gradient's sign, for tens of steps after it
+    (steps of m_hat / sqrt(v_hat) with nothing new in m). Where informative batches are rare
+    (sparse success) those stale moves are most of what the policy does. Skipping the empty
+    updates keeps Adam's state as of the last informative one; schedules then count applied
+    updates. The check is on the whole gradient (a KL or entropy term keeps it nonzero).
+    """
+
+    def update(grads, state, params=None):
+        updates, new_state = inner.update(grads, state, params)
+        live = optax.tree.norm(grads) > 0
+        updates = jax.tree.map(lambda u: jnp.where(live, u, jnp.zeros_like(u)), updates)
+        new_state = jax.tree.map(lambda n, o: jnp.where(live, n, o), new_state, state)
+        return updates, new_state
+
+    return optax.GradientTransformation(inner.init, update)
