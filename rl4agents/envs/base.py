@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import flax.struct
 import jax
@@ -243,6 +243,30 @@ class TextEnv:
         frozen = empty_timestep(self.max_obs_len, self.anchor(state), self.tokenizer.pad_id)
         return absorbing(state.done, (state, frozen), (new_state, timestep))
 
+    def end_turn(
+        self,
+        new_state: Any,
+        obs: jax.Array,
+        obs_len: jax.Array,
+        reward: jax.Array,
+        *,
+        done: jax.Array,
+        valid: jax.Array,
+        success: jax.Array,
+    ) -> tuple[Any, TimeStep]:
+        """What `step_env` returns: `new_state` and its TimeStep (obs_tokens int32[O], obs_len
+        int32[], the reward cast to f32[], bool[] done, valid_action and success, and the anchor
+        of `new_state`)."""
+        return new_state, TimeStep(
+            obs_tokens=obs,
+            obs_len=obs_len,
+            reward=jnp.asarray(reward).astype(jnp.float32),
+            done=done,
+            anchor=self.anchor(new_state),
+            valid_action=valid,
+            success=success,
+        )
+
     def anchor(self, state: Any) -> jax.Array:
         """uint32[] hash of the observable state."""
         raise NotImplementedError(f"{type(self).__name__} does not implement anchor")
@@ -303,6 +327,56 @@ def check_nonnegative(name: str, value: float, note: str = "") -> None:
         raise ValueError(f"{name} must be >= 0{note}, got {value}")
 
 
+def check_range(name: str, value: float, low: float, high: float | None = None, note: str = ""):
+    """Raises ValueError unless `low <= value <= high` (NaN fails): "{name} must be in [{low},
+    {high}]{note}, got {value}", or with `high` None (no upper bound) "{name} must be >=
+    {low}{note}, got {value}". `note` says why, e.g. " (rooms per side)"."""
+    if high is None:
+        if not low <= value:
+            raise ValueError(f"{name} must be >= {low}{note}, got {value}")
+    elif not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}]{note}, got {value}")
+
+
+# The reward settings the built-in environments share (each >= 0) and the note of their error.
+REWARD_SETTINGS = {
+    "goal_reward": "",
+    "box_reward": "",
+    "finish_reward": "",
+    "progress_reward": " (0 = off)",
+    "explore_reward": " (0 = off)",
+    "turns_left_bonus": " (0 = off)",
+    "invalid_penalty": " (it is subtracted)",
+    "step_penalty": " (it is subtracted)",
+}
+
+
+def check_shared_settings(config: Any, positive: tuple[str, ...] = ()) -> None:
+    """Checks the settings the built-in environments share, on any config dataclass.
+
+    In this order, skipping the fields `config` lacks: `test_fraction` (`check_test_fraction`);
+    `num_candidates` >= 1; then, in the config's field order, each reward field of
+    `REWARD_SETTINGS` >= 0 with its note (`check_nonnegative`), or > 0 when named in
+    `positive`. Raises ValueError on the first bad field, naming it, its value and what is
+    allowed.
+    """
+    names = [f.name for f in dataclasses.fields(config)]
+    unknown = sorted(set(positive) - set(names))
+    if unknown:
+        raise ValueError(f"positive names {unknown} are not fields of {type(config).__name__}")
+    if "test_fraction" in names:
+        check_test_fraction(config.test_fraction)
+    if "num_candidates" in names:
+        check_range("num_candidates", config.num_candidates, 1)
+    for name in names:
+        value = getattr(config, name)
+        if name in positive:
+            if not value > 0.0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        elif name in REWARD_SETTINGS:
+            check_nonnegative(name, value, REWARD_SETTINGS[name])
+
+
 def in_split_class(task_hash: jax.Array, test_threshold: int, split: jax.Array) -> jax.Array:
     """bool[]: a task of this hash belongs to `split` (0 train, 1 test, 2 OOD).
 
@@ -355,6 +429,77 @@ def uniform_from_bits(bits: jax.Array) -> jax.Array:
     mantissa = jax.lax.shift_right_logical(bits, jnp.uint32(32 - 23))
     one = jnp.uint32(np.array(1.0, np.float32).view(np.uint32))
     return jax.lax.bitcast_convert_type(mantissa | one, jnp.float32) - jnp.float32(1.0)
+
+
+class GridText(NamedTuple):
+    """The fragment table and static sizes of a grid environment's text (see `grid_text`)."""
+
+    frags: text.FragmentTable
+    max_prompt_len: int  # P: the grid, then "end"
+    max_obs_len: int  # O: the invalid-action message, then the grid and "end"
+
+
+def grid_text(
+    tokenizer: text.Tokenizer,
+    cells: Mapping[str, str],
+    side: int,
+    *,
+    compact: bool,
+    invalid: str,
+    extra: Mapping[str, str] | None = None,
+) -> GridText:
+    """The fragments of a grid observation (one fragment per cell, one row per line).
+
+    The table holds, in this order: `cells` (fragment id = cell code), `extra`, "newline" (ends
+    each row; "" when `compact`), "end" ("\n", which replaces the last row's newline so the
+    policy's next token is its action) and "invalid" (the message of a turn whose action does
+    not parse: `invalid`, or the one word "invalid" when `compact`). Compact text suits fast
+    CPU training.
+
+    Args:
+      tokenizer: encodes the fragments.
+      cells: cell name -> its text, in cell-code order.
+      side: S, the rows (= columns) of the largest grid observed.
+      compact: no row breaks and a one-word invalid message.
+      invalid: the invalid message when not compact.
+      extra: more fragments after the cells (not counted as cells).
+
+    Returns:
+      `GridText` with P = S^2 * longest cell + (S - 1) * newline + end and O = invalid + P,
+      lengths in tokens.
+    """
+    frags = text.FragmentTable.build(
+        tokenizer,
+        {
+            **cells,
+            **(extra or {}),
+            "newline": "" if compact else "\n",
+            "end": "\n",
+            "invalid": "invalid" if compact else invalid,
+        },
+    )
+    length = lambda name: int(frags.lengths[frags.id(name)])  # noqa: E731
+    cell_len = int(frags.lengths[: len(cells)].max())
+    max_prompt_len = side * side * cell_len + (side - 1) * length("newline") + length("end")
+    return GridText(frags, max_prompt_len, length("invalid") + max_prompt_len)
+
+
+def grid_ids(frags: text.FragmentTable, cells: jax.Array) -> jax.Array:
+    """int32[R * (C + 1)] fragment ids of the int[R, C] cell codes `cells` (= fragment ids),
+    row by row with "newline" after each row, the last one replaced by "end"."""
+    newline = jnp.full((cells.shape[0], 1), frags.id("newline"), jnp.int32)
+    ids = jnp.concatenate([cells.astype(jnp.int32), newline], axis=1).ravel()
+    return ids.at[-1].set(frags.id("end"))
+
+
+def grid_observation(
+    frags: text.FragmentTable, valid: jax.Array, ids: jax.Array, pad_id: int, out_len: int
+) -> tuple[jax.Array, jax.Array]:
+    """The observation of a turn: "invalid" unless bool[] `valid`, then the fragment ids
+    int32[n] (`grid_ids`); returns tokens int32[out_len] (PAD-padded) and their number
+    int32[]."""
+    prefix = jnp.where(valid, -1, frags.id("invalid"))[None]
+    return text.concat_fragments(frags, jnp.concatenate([prefix, ids]), pad_id, out_len)
 
 
 class ChatEnv:

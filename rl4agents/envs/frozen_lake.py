@@ -60,11 +60,9 @@ class FrozenLakeConfig:
     view_radius: int = 0
 
     def __post_init__(self):
-        if self.size < 2:
-            raise ValueError(f"size must be >= 2, got {self.size}")
+        base.check_range("size", self.size, 2)
         if not 0.0 <= self.hole_prob < 1.0:
             raise ValueError(f"hole_prob must be in [0, 1), got {self.hole_prob}")
-        base.check_test_fraction(self.test_fraction)
         if not 0.0 < self.success_rate <= 1.0:
             raise ValueError(f"success_rate must be in (0, 1], got {self.success_rate}")
         if self.view_radius < 0:
@@ -75,11 +73,7 @@ class FrozenLakeConfig:
             raise ValueError(f"ood_size must be >= 0 (0 = size + 2), got {self.ood_size}")
         if self.ood_size == 1:
             raise ValueError(f"ood_size must be 0 (= size + 2) or >= 2, got {self.ood_size}")
-        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("goal_reward", self.goal_reward)
-        if self.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+        base.check_shared_settings(self)
 
 
 @flax.struct.dataclass
@@ -174,26 +168,14 @@ class FrozenLake(base.TextEnv):
     ):
         super().__init__(base.settings(FrozenLakeConfig, locals()), tokenizer)
         self.action_table = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
-        self._frags = text.FragmentTable.build(
-            self.tokenizer,
-            {
-                **_CELLS,
-                "wall": "#",  # off-grid cells of a local view
-                # compact: no row breaks and a one-word message, for fast CPU training.
-                "newline": "" if compact else "\n",
-                # Ends every observation: the policy's next token is its action.
-                "end": "\n",
-                "invalid": "invalid" if compact else "invalid action\n",
-            },
-        )
-        frag_len = lambda name: int(self._frags.lengths[self._frags.id(name)])  # noqa: E731
-        cell_len = int(self._frags.lengths[: len(_CELLS)].max())
         self.num_actions = len(ACTIONS)
         self.max_action_len = int(self.action_table.lengths.max())
         side = 2 * view_radius + 1 if view_radius else size
-        grid_len = side * side * cell_len + (side - 1) * frag_len("newline")
-        self.max_prompt_len = grid_len + frag_len("end")
-        self.max_obs_len = frag_len("invalid") + self.max_prompt_len
+        extra = {"wall": "#"}  # off-grid cells of a local view
+        grid = base.grid_text(
+            self.tokenizer, _CELLS, side, compact=compact, invalid="invalid action\n", extra=extra
+        )
+        self._frags, self.max_prompt_len, self.max_obs_len = grid
 
     def ood_config(self) -> FrozenLakeConfig:
         """Maps of side `ood_size` (0: two cells larger than the training maps)."""
@@ -257,10 +239,8 @@ class FrozenLake(base.TextEnv):
         done = state.holes[pos[0], pos[1]] | at_goal
         new_state = state.replace(pos=pos, done=done)
 
-        prefix = jnp.where(valid, -1, self._frags.id("invalid"))[None]
-        ids = jnp.concatenate([prefix, self._grid_ids(new_state)])
-        obs, obs_len = text.concat_fragments(
-            self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
+        obs, obs_len = base.grid_observation(
+            self._frags, valid, self._grid_ids(new_state), self.tokenizer.pad_id, self.max_obs_len
         )
         reward = jnp.where(valid, jnp.where(at_goal, c.goal_reward, 0.0), -c.invalid_penalty)
         if c.progress_reward:
@@ -268,14 +248,8 @@ class FrozenLake(base.TextEnv):
             # `c * (d(s) - d(s'))`, which keeps the optimal policy (Ng et al., 1999).
             dist = lambda p: 2 * (n - 1) - p.sum()  # noqa: E731
             reward = reward + c.progress_reward * (dist(state.pos) - dist(pos))
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=done,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=at_goal,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=done, valid=valid, success=at_goal
         )
 
     def anchor(self, state: FrozenLakeState) -> jax.Array:
@@ -298,9 +272,7 @@ class FrozenLake(base.TextEnv):
             wall = self._frags.id("wall")
             cells = jnp.pad(cells, r, constant_values=wall)
             cells = jax.lax.dynamic_slice(cells, (state.pos[0], state.pos[1]), (side, side))
-        newline = jnp.full((side, 1), self._frags.id("newline"))
-        ids = jnp.concatenate([cells, newline], axis=1).ravel().astype(jnp.int32)
-        return ids.at[-1].set(self._frags.id("end"))
+        return base.grid_ids(self._frags, cells)
 
     def _generate(self, key: jax.Array, split: jax.Array) -> jax.Array:
         """bool[N, N] first solvable candidate layout of the split's class (`_MAX_ROUNDS`

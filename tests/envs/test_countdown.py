@@ -11,6 +11,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import countdown, registry
+from tests.envs import helpers
 
 A = 8  # action slots (the longest action is 6 tokens)
 B = 64  # episodes per batched call
@@ -21,55 +22,9 @@ TRAIN, TEST = ENV.default_params("train"), ENV.default_params("test")
 INVALID = "invalid action , allowed: calc a op b or answer n\n"
 
 
-def _encode(env, action):
-    """(int32[A] tokens, int32[] length) of an action string."""
-    ids = env.tokenizer.encode(action)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
-
-
-def _ids_to_tokens(env, action_ids):
-    """int32[B] action ids -> (int32[B, A] tokens, int32[B] lengths)."""
-    tokens = np.full((len(action_ids), A), env.tokenizer.pad_id, np.int32)
-    lengths = np.zeros((len(action_ids),), np.int32)
-    for i, action in enumerate(action_ids):
-        ids = env.action_tokens(int(action))
-        tokens[i, : len(ids)], lengths[i] = ids, len(ids)
-    return jnp.asarray(tokens), jnp.asarray(lengths)
-
-
-class Batched:
-    """jit(vmap(.)) reset and step for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self._step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def step(self, seed, states, action_ids, params):
-        tokens, lengths = _ids_to_tokens(self.env, action_ids)
-        return self._step(self.keys(seed), states, tokens, lengths, params)
-
-    def play(self, state, actions, params=TRAIN):
-        """[(state, TimeStep)] after each action string from one state (run as a batch of B
-        copies, so hand checks reuse the batched compilation)."""
-        states = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, *jnp.shape(x))), state)
-        out = []
-        for action in actions:
-            tokens, length = _encode(self.env, action)
-            tokens, length = jnp.tile(tokens, (B, 1)), jnp.tile(length, (B,))
-            states, ts = self._step(self.keys(0), states, tokens, length, params)
-            out.append((_index(states, 0), _index(ts, 0)))
-        return out
-
-
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
-BATCHED_SHAPED = Batched(SHAPED)
+BATCHED = helpers.StepBatch(ENV, A, B)
+BATCHED_OOD = helpers.StepBatch(OOD_ENV, A, B)
+BATCHED_SHAPED = helpers.StepBatch(SHAPED, A, B)
 _distance_batch = jax.jit(jax.vmap(countdown.calc_distance, in_axes=(0, 0, None)), static_argnums=2)
 _hash_batch = jax.jit(jax.vmap(countdown.task_hash))
 
@@ -82,27 +37,12 @@ def _distance(numbers, targets, max_value):
     return np.asarray(_distance_batch(pad(numbers), pad(targets), max_value))[:n]
 
 
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
-
-
 def _decode(env, ts):
     return env.tokenizer.decode(np.asarray(ts.obs_tokens)[: int(ts.obs_len)])
 
 
 def _play(state, actions, batched=BATCHED):
     return batched.play(state, actions)
-
-
-def _assert_obs(env, ts, expected):
-    """The observation's tokens are exactly the tokenization of `expected`."""
-    got = np.asarray(ts.obs_tokens)[: int(ts.obs_len)].tolist()
-    assert got == env.tokenizer.encode(expected), (env.tokenizer.decode(got), expected)
-    assert (np.asarray(ts.obs_tokens)[int(ts.obs_len) :] == env.tokenizer.pad_id).all()
-
-
-def _same(a, b):
-    jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
 def test_countdown__registered_with_builtin_sizes():
@@ -121,29 +61,29 @@ def test_countdown__registered_with_builtin_sizes():
 def test_countdown__prompt_lists_rules_target_and_numbers():
     states, ts = BATCHED.reset(BATCHED.keys(0), TRAIN)
     for i in range(4):
-        state, first = _index(states, i), _index(ts, i)
+        state, first = helpers.index(states, i), helpers.index(ts, i)
         held = " , ".join(str(v) for v in state.numbers if v >= 0)
         expected = (
             "make the target with calc a op b ( op is + - * , results 0 to 30 ) then answer n\n"
             f"target {int(state.target)}\nleft: {held}\n"
         )
-        _assert_obs(ENV, first, expected)
+        helpers.assert_obs(ENV, first, expected)
 
 
 def test_countdown__calcs_then_correct_answer_wins_and_absorbs():
     start = ENV.state_from_numbers([7, 3, 5], 22)
     steps = _play(start, ["calc 3 * 5", "calc 15 + 7", "answer 22", "answer 22"])
     (s1, t1), (s2, t2), (s3, t3), (s4, t4) = steps
-    _assert_obs(ENV, t1, "3 * 5 = 15\nleft: 7 , 15\n")
+    helpers.assert_obs(ENV, t1, "3 * 5 = 15\nleft: 7 , 15\n")
     np.testing.assert_array_equal(s1.numbers, [7, 15, -1])
-    _assert_obs(ENV, t2, "15 + 7 = 22\nleft: 22\n")
+    helpers.assert_obs(ENV, t2, "15 + 7 = 22\nleft: 22\n")
     np.testing.assert_array_equal(s2.numbers, [22, -1, -1])
-    _assert_obs(ENV, t3, "you won\n")
+    helpers.assert_obs(ENV, t3, "you won\n")
     assert [float(t.reward) for t in (t1, t2, t3)] == [0.0, 0.0, 1.0]
     assert [bool(t.done) for t in (t1, t2, t3)] == [False, False, True]
     assert bool(t3.success) and not bool(t2.success) and all(t.valid_action for t in (t1, t2, t3))
     # Absorbing: state frozen, nothing appended, no reward, same anchor, success not repeated.
-    _same(s4, s3)
+    helpers.assert_same(s4, s3)
     assert t4.done and t4.reward == 0.0 and t4.obs_len == 0 and not t4.success
     assert t4.anchor == t3.anchor
 
@@ -151,12 +91,12 @@ def test_countdown__calcs_then_correct_answer_wins_and_absorbs():
 def test_countdown__subtraction_and_equal_operands():
     start = ENV.state_from_numbers([4, 4, 9], 5)
     (s1, t1), (s2, t2) = _play(start, ["calc 9 - 4", "calc 5 - 4"])
-    _assert_obs(ENV, t1, "9 - 4 = 5\nleft: 4 , 5\n")
-    _assert_obs(ENV, t2, "5 - 4 = 1\nleft: 1\n")
+    helpers.assert_obs(ENV, t1, "9 - 4 = 5\nleft: 4 , 5\n")
+    helpers.assert_obs(ENV, t2, "5 - 4 = 1\nleft: 1\n")
     ((s, t),) = _play(start, ["calc 4 * 4"])
-    _assert_obs(ENV, t, "4 * 4 = 16\nleft: 9 , 16\n")
+    helpers.assert_obs(ENV, t, "4 * 4 = 16\nleft: 9 , 16\n")
     ((s, t),) = _play(start, ["calc 4 - 4"])
-    _assert_obs(ENV, t, "4 - 4 = 0\nleft: 0 , 9\n")
+    helpers.assert_obs(ENV, t, "4 - 4 = 0\nleft: 0 , 9\n")
 
 
 @pytest.mark.parametrize(
@@ -176,10 +116,10 @@ def test_countdown__subtraction_and_equal_operands():
 def test_countdown__invalid_turns_are_penalised_and_explained(action, message):
     start = ENV.state_from_numbers([3, 5, 7], 22)
     ((state, ts),) = _play(start, [action])
-    _assert_obs(ENV, ts, message + "left: 3 , 5 , 7\n")
+    helpers.assert_obs(ENV, ts, message + "left: 3 , 5 , 7\n")
     assert not ts.valid_action and not ts.done and not ts.success
     assert ts.reward == pytest.approx(-0.05)
-    _same(state, start)
+    helpers.assert_same(state, start)
     assert ts.anchor == ENV.anchor(start)
 
 
@@ -187,14 +127,14 @@ def test_countdown__answers_that_lose():
     start = ENV.state_from_numbers([3, 5, 7], 22)
     # A wrong number ends the episode without reward.
     ((_, ts),) = _play(start, ["answer 7"])
-    _assert_obs(ENV, ts, "you lost , not the target\n")
+    helpers.assert_obs(ENV, ts, "you lost , not the target\n")
     assert ts.done and ts.valid_action and ts.reward == 0.0 and not ts.success
     # Guessing the target without building it with the tool cannot score.
     ((_, ts),) = _play(start, ["answer 22"])
-    _assert_obs(ENV, ts, "you lost , make the target with calc first\n")
+    helpers.assert_obs(ENV, ts, "you lost , make the target with calc first\n")
     assert ts.done and ts.reward == 0.0 and not ts.success
     (_, (_, ts)) = _play(start, ["calc 3 + 5", "answer 22"])
-    _assert_obs(ENV, ts, "you lost , make the target with calc first\n")
+    helpers.assert_obs(ENV, ts, "you lost , make the target with calc first\n")
     assert ts.done and ts.reward == 0.0 and not ts.success
     # The target held from the start (never generated) still needs one calc first.
     held = ENV.state_from_numbers([3, 5, 22], 22)
@@ -239,18 +179,6 @@ def test_countdown__vmap_reset_over_64_keys_gives_solvable_tasks():
         assert len({(tuple(n), t) for n, t in zip(numbers.tolist(), target.tolist())}) > B // 2
 
 
-def _closed_loop(batched, states, params, turns):
-    """Oracle every turn, first action only; returns (final states, [per-turn TimeSteps])."""
-    env, out = batched.env, []
-    for turn in range(turns):
-        plans = [env.oracle_actions(_index(states, i)) for i in range(B)]
-        assert all(p is not None for p in plans)
-        ids = [p[0] if p else 0 for p in plans]  # done episodes absorb any action
-        states, ts = batched.step(turn, states, ids, params)
-        out.append(ts)
-    return states, out
-
-
 @pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_countdown__oracle_solves_every_generated_task_closed_loop(split):
@@ -258,10 +186,10 @@ def test_countdown__oracle_solves_every_generated_task_closed_loop(split):
     batched = BATCHED_OOD if split == "ood" else BATCHED
     for seed in range(4):  # 256 tasks per split
         states, _ = batched.reset(batched.keys(100 + seed), params)
-        plan_lens = [len(env.oracle_actions(_index(states, i))) for i in range(B)]
+        plan_lens = [len(env.oracle_actions(helpers.index(states, i))) for i in range(B)]
         dist = _distance(states.numbers, states.target, env.config.max_value)
         np.testing.assert_array_equal(np.asarray(plan_lens), dist + 1)  # calcs + answer
-        final, steps = _closed_loop(batched, states, params, env.config.num_numbers + 1)
+        final, steps = batched.oracle_turns(states, params, env.config.num_numbers + 1)
         assert np.asarray(final.done).all()
         success = np.stack([np.asarray(t.success) for t in steps], axis=1)
         rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
@@ -274,7 +202,7 @@ def test_countdown__oracle_solves_every_generated_task_closed_loop(split):
 def test_countdown__shaped_oracle_return_is_goal_plus_c_times_distance():
     states, _ = BATCHED.reset(BATCHED.keys(7), TRAIN)  # SHAPED generates the same tasks
     dist = _distance(states.numbers, states.target, 30)
-    final, steps = _closed_loop(BATCHED_SHAPED, states, TRAIN, SHAPED.config.num_numbers + 1)
+    final, steps = BATCHED_SHAPED.oracle_turns(states, TRAIN, SHAPED.config.num_numbers + 1)
     assert np.asarray(final.done).all()
     rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
     np.testing.assert_allclose(rewards.sum(axis=1), 1.0 + 0.1 * dist, rtol=1e-5)
@@ -322,7 +250,7 @@ def test_countdown__anchors_equal_iff_states_equal():
                 ids.append(ENV.calc_action(a, str(rng.choice(["+", "-"])), b))
             else:
                 ids.append(ENV.answer_action(int(rng.choice(held))))
-        states, ts = BATCHED.step(turn, states, ids, TRAIN)
+        states, ts = BATCHED.act(states, ids, TRAIN, seed=turn)
         seen.append((states, ts.anchor))
     by_anchor, by_state = {}, {}
     for batch, anchors in seen:
@@ -347,15 +275,18 @@ def test_countdown__anchors_equal_iff_states_equal():
 
 def test_countdown__random_token_actions_are_penalised_turns():
     states, _ = BATCHED.reset(BATCHED.keys(11), TRAIN)
-    tokens = jax.random.randint(jax.random.key(12), (B, A), 0, ENV.tokenizer.vocab_size)
-    lengths = jax.random.randint(jax.random.key(13), (B,), 0, A + 1)
-    new, ts = BATCHED._step(BATCHED.keys(11), states, tokens, lengths, TRAIN)
+    tokens, lengths = helpers.random_actions(
+        ENV.tokenizer.vocab_size, jax.random.key(12), jax.random.key(13), (B,), A
+    )
+    new, ts = BATCHED.step(BATCHED.keys(11), states, tokens, lengths, TRAIN)
     assert not np.asarray(ts.valid_action).any()
     np.testing.assert_allclose(np.asarray(ts.reward), -0.05, rtol=1e-6)
     assert not np.asarray(ts.done).any()
-    _same(new, states)
+    helpers.assert_same(new, states)
     for i in range(3):
-        assert _decode(ENV, _index(ts, i)).startswith("invalid action , allowed: calc a o p b")
+        assert _decode(ENV, helpers.index(ts, i)).startswith(
+            "invalid action , allowed: calc a o p b"
+        )
 
 
 def test_countdown__render_is_readable():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rl4agents.envs import frozen_lake, registry
+from tests.envs import helpers
 
 A = 4  # action slots
 B = 64  # episodes per batched call
@@ -20,56 +21,14 @@ TRAIN, TEST = ENV.default_params("train"), ENV.default_params("test")
 MAP = "P_O_\n____\n_O__\n___G"
 
 
-def _action(env, action_id):
-    """(int32[A] tokens, int32[] length) of an action id."""
-    ids = env.action_tokens(action_id)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
+def _batched(env):
+    """Batched reset and play of L = 2 N^2 turns (longer than any oracle plan)."""
+    return helpers.ScanBatch(env, B, length=2 * env.config.size * env.config.size)
 
 
-def _ids_to_tokens(env, action_ids):
-    """int32[..., L] action ids -> (int32[..., L, A] tokens, int32[..., L] lengths)."""
-    table = np.stack([np.asarray(_action(env, i)[0]) for i in range(env.num_actions)])
-    lens = np.array([len(env.action_tokens(i)) for i in range(env.num_actions)], np.int32)
-    return jnp.asarray(table[action_ids]), jnp.asarray(lens[action_ids])
-
-
-class Batched:
-    """jit(vmap(.)) reset and fixed-length play for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.length = 2 * env.config.size * env.config.size
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-
-        def play(key, state, tokens, lengths, params):
-            def _turn(state, inputs):
-                key_step, tok, length = inputs
-                new, ts = env.step(key_step, state, tok, length, params)
-                return new, (new, ts)
-
-            keys = jax.random.split(key, tokens.shape[0])
-            return jax.lax.scan(_turn, state, (keys, tokens, lengths))
-
-        self._play = jax.jit(jax.vmap(play, in_axes=(0, 0, 0, 0, None)))
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def play(self, seed, states, tokens, lengths, params):
-        """Returns (final states, per-turn states, per-turn TimeSteps) with [B, L] leading axes."""
-        final, (seq, ts) = self._play(self.keys(seed), states, tokens, lengths, params)
-        return final, seq, ts
-
-
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
+BATCHED = _batched(ENV)
+BATCHED_OOD = _batched(OOD_ENV)
 _step = jax.jit(ENV.step)
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
 
 
 def test_frozen_lake__registered_with_builtin_sizes():
@@ -82,16 +41,16 @@ def test_frozen_lake__registered_with_builtin_sizes():
 
 def test_frozen_lake__hole_ends_episode_without_reward():
     state = ENV.state_from_text(MAP)
-    state, ts = _step(jax.random.key(0), state, *_action(ENV, RIGHT), TRAIN)
+    state, ts = _step(jax.random.key(0), state, *helpers.action(ENV, RIGHT, A), TRAIN)
     assert not ts.done and ts.reward == 0.0 and ts.valid_action
-    state, ts = _step(jax.random.key(0), state, *_action(ENV, RIGHT), TRAIN)
+    state, ts = _step(jax.random.key(0), state, *helpers.action(ENV, RIGHT, A), TRAIN)
     assert ts.done and not ts.success and ts.reward == 0.0
     assert tuple(np.asarray(state.pos)) == (0, 2)
 
 
 def test_frozen_lake__goal_gives_reward_and_success():
     state = ENV.state_from_text("____\n____\n_O__\n__PG")
-    state, ts = _step(jax.random.key(0), state, *_action(ENV, RIGHT), TRAIN)
+    state, ts = _step(jax.random.key(0), state, *helpers.action(ENV, RIGHT, A), TRAIN)
     assert ts.done and ts.success and ts.reward == pytest.approx(1.0)
     assert ENV.render(state) == "____\n____\n_O__\n___P\n"
 
@@ -99,7 +58,7 @@ def test_frozen_lake__goal_gives_reward_and_success():
 def test_frozen_lake__off_grid_move_stays_without_penalty():
     state = ENV.state_from_text(MAP)
     for action in (UP, LEFT):
-        new, ts = _step(jax.random.key(0), state, *_action(ENV, action), TRAIN)
+        new, ts = _step(jax.random.key(0), state, *helpers.action(ENV, action, A), TRAIN)
         assert ts.valid_action and ts.reward == 0.0 and not ts.done
         assert tuple(np.asarray(new.pos)) == (0, 0)
         assert ts.anchor == ENV.anchor(state)
@@ -125,9 +84,9 @@ def test_frozen_lake__invalid_action_is_penalised_and_reported():
 
 def test_frozen_lake__step_after_done_is_absorbing():
     state = ENV.state_from_text("____\n____\n_O__\n__PG")
-    state, ts = _step(jax.random.key(0), state, *_action(ENV, RIGHT), TRAIN)
+    state, ts = _step(jax.random.key(0), state, *helpers.action(ENV, RIGHT, A), TRAIN)
     assert ts.done
-    again, ts2 = _step(jax.random.key(1), state, *_action(ENV, LEFT), TRAIN)
+    again, ts2 = _step(jax.random.key(1), state, *helpers.action(ENV, LEFT, A), TRAIN)
     jax.tree.map(np.testing.assert_array_equal, again, state)
     assert ts2.done and ts2.reward == 0.0 and ts2.obs_len == 0 and ts2.anchor == ts.anchor
     assert (np.asarray(ts2.obs_tokens) == ENV.tokenizer.pad_id).all()
@@ -135,10 +94,10 @@ def test_frozen_lake__step_after_done_is_absorbing():
 
 def test_frozen_lake__jit_matches_eager_on_short_episode():
     states, _ = BATCHED.reset(BATCHED.keys(3), TRAIN)
-    start = _index(states, 0)
-    actions = [_action(ENV, a) for a in (RIGHT, DOWN)]
+    start = helpers.index(states, 0)
+    actions = [helpers.action(ENV, a, A) for a in (RIGHT, DOWN)]
     actions += [(jnp.full((A,), 7, jnp.int32), jnp.asarray(3))]
-    actions += [_action(ENV, a) for a in (DOWN, RIGHT, DOWN, RIGHT, DOWN)]
+    actions += [helpers.action(ENV, a, A) for a in (DOWN, RIGHT, DOWN, RIGHT, DOWN)]
 
     def episode(step_fn):
         state, out = start, []
@@ -160,7 +119,7 @@ def test_frozen_lake__vmap_reset_over_64_keys():
     assert not np.asarray(ts.done).any() and (np.asarray(states.pos) == 0).all()
     assert len({np.asarray(h).tobytes() for h in states.holes}) > 20  # maps differ across keys
     first = ENV.tokenizer.decode(np.asarray(ts.obs_tokens[0])).replace(" ", "")
-    assert first == ENV.render(_index(states, 0))
+    assert first == ENV.render(helpers.index(states, 0))
 
 
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
@@ -171,10 +130,10 @@ def test_frozen_lake__oracle_solves_every_generated_map(split):
         states, _ = batched.reset(batched.keys(seed), params)
         plans = np.zeros((B, batched.length), np.int32)  # padding turns act after done
         for i in range(B):
-            plan = env.oracle_actions(_index(states, i))
+            plan = env.oracle_actions(helpers.index(states, i))
             assert plan is not None and 2 * (env.config.size - 1) <= len(plan) <= batched.length
             plans[i, : len(plan)] = plan
-        final, _, ts = batched.play(seed, states, *_ids_to_tokens(env, plans), params)
+        final, _, ts = batched.play(seed, states, *helpers.ids_to_tokens(env, plans, A), params)
         assert np.asarray(final.done).all()
         assert np.asarray(ts.success).any(axis=1).all()
         np.testing.assert_allclose(np.asarray(ts.reward).sum(axis=1), 1.0)
@@ -206,7 +165,7 @@ def test_frozen_lake__ood_maps_are_larger_and_solvable():
 def test_frozen_lake__anchors_equal_iff_states_equal():
     states, ts0 = BATCHED.reset(BATCHED.keys(7), TRAIN)
     ids = np.asarray(jax.random.randint(jax.random.key(8), (B, BATCHED.length), 0, 4))
-    _, seq, ts = BATCHED.play(7, states, *_ids_to_tokens(ENV, ids), TRAIN)
+    _, seq, ts = BATCHED.play(7, states, *helpers.ids_to_tokens(ENV, ids, A), TRAIN)
     holes = np.concatenate([np.asarray(states.holes)[:, None], np.asarray(seq.holes)], axis=1)
     pos = np.concatenate([np.asarray(states.pos)[:, None], np.asarray(seq.pos)], axis=1)
     anchors = np.concatenate([np.asarray(ts0.anchor)[:, None], np.asarray(ts.anchor)], axis=1)
@@ -224,8 +183,9 @@ def test_frozen_lake__anchors_equal_iff_states_equal():
 def test_frozen_lake__random_token_actions_never_crash():
     states, _ = BATCHED.reset(BATCHED.keys(9), TRAIN)
     shape = (B, BATCHED.length)
-    tokens = jax.random.randint(jax.random.key(10), (*shape, A), 0, ENV.tokenizer.vocab_size)
-    lengths = jax.random.randint(jax.random.key(11), shape, 0, A + 1)
+    tokens, lengths = helpers.random_actions(
+        ENV.tokenizer.vocab_size, jax.random.key(10), jax.random.key(11), shape, A
+    )
     _, _, ts = BATCHED.play(9, states, tokens, lengths, TRAIN)
     reward, obs_len = np.asarray(ts.reward), np.asarray(ts.obs_len)
     assert np.isfinite(reward).all()
@@ -238,7 +198,7 @@ def test_frozen_lake__random_token_actions_never_crash():
 def test_frozen_lake__slippery_moves_perpendicular_a_third_of_the_time():
     env = frozen_lake.FrozenLake(slippery=True)
     state = env.state_from_text("____\n_P__\n____\n___G")
-    tokens, length = _action(env, RIGHT)
+    tokens, length = helpers.action(env, RIGHT, A)
     step = jax.jit(jax.vmap(env.step, in_axes=(0, None, None, None, None)))
     keys = jax.random.split(jax.random.key(0), 3000)
     new, _ = step(keys, state, tokens, length, env.default_params())
@@ -251,7 +211,7 @@ def test_frozen_lake__slippery_moves_perpendicular_a_third_of_the_time():
 def test_frozen_lake__render_shows_the_grid():
     assert ENV.render(ENV.state_from_text(MAP)) == MAP + "\n"
     states, _ = BATCHED.reset(BATCHED.keys(0), TRAIN)
-    rows = ENV.render(_index(states, 3)).rstrip("\n").split("\n")
+    rows = ENV.render(helpers.index(states, 3)).rstrip("\n").split("\n")
     assert len(rows) == 4 and all(len(r) == 4 for r in rows)
     assert rows[0][0] == "P" and rows[3][3] == "G"
     assert set("".join(rows)) <= set("_OGP")

@@ -11,6 +11,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import household, registry
+from tests.envs import helpers
 from tests.envs.chars import CharTokenizer
 
 B = 64  # episodes per batched call
@@ -22,72 +23,18 @@ A = ENV.max_action_len + 1  # action slots
 TOK = ENV.tokenizer
 
 
-class Batched:
-    """jit(vmap(.)) reset and step for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-        table = np.zeros((env.num_actions, A), np.int32)
-        lens = np.zeros((env.num_actions,), np.int32)
-        for i in range(env.num_actions):
-            ids = env.action_tokens(i)
-            table[i, : len(ids)], lens[i] = ids, len(ids)
-        self.table, self.lens = table, lens
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def act(self, seed, states, action_ids, params):
-        """One batched turn with action ids int[B]."""
-        ids = np.asarray(action_ids)
-        tokens, lens = jnp.asarray(self.table[ids]), jnp.asarray(self.lens[ids])
-        return self.step(self.keys(seed), states, tokens, lens, params)
-
-
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
-BATCHED_SHAPED = Batched(SHAPED)
-
-
-def _single(batched):
-    """A one-episode step through the batched jitted step (no extra compilation)."""
-
-    def step(key, state, tokens, length, params):
-        tile = lambda x: jnp.broadcast_to(jnp.asarray(x), (B, *np.shape(x)))  # noqa: E731
-        states, ts = batched.step(
-            jax.random.split(key, B), jax.tree.map(tile, state), tile(tokens), tile(length), params
-        )
-        return _index(states, 0), _index(ts, 0)
-
-    return step
-
-
-_step = _single(BATCHED)
-_shaped_step = _single(BATCHED_SHAPED)
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
+BATCHED = helpers.StepBatch(ENV, A, B)
+BATCHED_OOD = helpers.StepBatch(OOD_ENV, A, B)
+BATCHED_SHAPED = helpers.StepBatch(SHAPED, A, B)
 
 
 def _obs(ts) -> list[int]:
     return np.asarray(ts.obs_tokens)[: int(ts.obs_len)].tolist()
 
 
-def _play(state, actions, env=ENV, step=_step):
+def _play(state, actions, env=ENV, batched=BATCHED):
     """[(state, TimeStep)] after each action string (or raw token list) from `state`."""
-    out = []
-    for action in actions:
-        ids = env.action_tokens(env.action_id(action)) if isinstance(action, str) else action
-        tokens = np.zeros((A,), np.int32)
-        tokens[: len(ids)] = ids
-        state, ts = step(
-            jax.random.key(0), state, jnp.asarray(tokens), jnp.asarray(len(ids)), TRAIN
-        )
-        out.append((state, ts))
-    return out
+    return batched.play(state, [env.action_id(a) if isinstance(a, str) else a for a in actions])
 
 
 KITCHEN = dict(
@@ -263,12 +210,12 @@ def test_household__progress_reward_follows_the_subgoals():
         "open cabinet 1",
         "put mug 1 in cabinet 1",  # placed: +1 and the goal
     ]
-    steps = _play(state, actions, env=SHAPED, step=_shaped_step)
+    steps = _play(state, actions, env=SHAPED, batched=BATCHED_SHAPED)
     rewards = [float(ts.reward) for _, ts in steps]
     np.testing.assert_allclose(rewards, [0.1, 0.1, 0, 0.1, -0.2, 0.2, 0, 0, 1.1], atol=1e-6)
     assert [float(SHAPED.potential(s)) for s, _ in steps][-1] == 4.0
     two = SHAPED.make_state({"mug 1": "countertop 1", "mug 2": "table 1"}, "put two mugs in shelf")
-    steps = _play(two, ["go to countertop 1", "go to table 1"], env=SHAPED, step=_shaped_step)
+    steps = _play(two, ["go to countertop 1", "go to table 1"], env=SHAPED, batched=BATCHED_SHAPED)
     np.testing.assert_allclose([float(ts.reward) for _, ts in steps], [0.1, 0.1], atol=1e-6)
 
 
@@ -296,14 +243,14 @@ def test_household__vmap_reset_over_64_keys_is_wellformed():
         states, ts = BATCHED.reset(BATCHED.keys(0), params)
         assert ts.obs_tokens.shape == (B, ENV.max_prompt_len)
         for i in range(4):
-            state = _index(states, i)
+            state = helpers.index(states, i)
             goal = ENV.goal_text(state.goal)
             listing = " , ".join(f"a {r}" for r in ENV.receptacles[:-1])
             prompt = (
                 "you are in the middle of a room . looking quickly around you , you see "
                 f"{listing} , and a sink 1 .\nyour task is to : {goal} .\n"
             )
-            assert _obs(_index(ts, i)) == TOK.encode(prompt)
+            assert _obs(helpers.index(ts, i)) == TOK.encode(prompt)
         types, inst = np.asarray(states.obj_type), np.asarray(states.obj_inst)
         names = types * household.MAX_INSTANCES + inst - 1
         assert (np.diff(names, axis=1) > 0).all()  # canonical order, no duplicate names
@@ -331,10 +278,10 @@ def _run_oracle(batched, params, seed):
         trace.append(host)
         ids = np.zeros(B, np.int32)
         for i in np.flatnonzero(~done):
-            plan = env.oracle_actions(_index(host, i))
-            assert plan, (seed, i, env.render(_index(host, i)))
+            plan = env.oracle_actions(helpers.index(host, i))
+            assert plan, (seed, i, env.render(helpers.index(host, i)))
             ids[i] = plan[0]
-        states, ts = batched.act(seed * 1000 + t, states, ids, params)
+        states, ts = batched.act(states, ids, params, seed=seed * 1000 + t)
         success |= np.asarray(ts.success)
         total += np.asarray(ts.reward)
         turns += ~done
@@ -365,7 +312,7 @@ def test_household__oracle_uses_only_what_the_agent_has_seen():
     num_rec, checked = len(ENV.receptacles), 0
     for host in trace[1::2]:
         for i in range(0, B, 4):
-            state = _index(host, i)
+            state = helpers.index(host, i)
             if state.done:
                 continue
             unseen = np.flatnonzero(~state.seen)
@@ -431,7 +378,7 @@ def test_household__anchors_equal_iff_states_equal():
         here = np.minimum(np.asarray(states.agent), num_rec - 1)
         kind = rng.integers(0, 3, B)
         ids = np.where(kind == 0, rng.integers(0, num_rec, B), kind * num_rec + here)
-        states, ts = BATCHED.act(t, states, ids, TRAIN)
+        states, ts = BATCHED.act(states, ids, TRAIN, seed=t)
         rows.append(fields(states))
         anchors.append(np.asarray(ts.anchor))
         np.testing.assert_array_equal(anchors[-1], np.asarray(jax.vmap(ENV.anchor)(states)))

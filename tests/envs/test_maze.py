@@ -12,6 +12,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import maze, registry
+from tests.envs import helpers
 
 UP, DOWN, LEFT, RIGHT = range(4)
 B = 64  # episodes per batched call
@@ -34,44 +35,11 @@ HAND = """\
 CUT_OFF = HAND.replace("#P__#___#", "#___#_P_#")  # the agent in the right half
 
 
-def _tokens(env, action_id):
-    """int32[A] tokens of an action id, PAD-padded."""
-    ids = env.action_tokens(action_id)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return tokens
-
-
-def _action(env, action_id):
-    return jnp.asarray(_tokens(env, action_id)), jnp.asarray(len(env.action_tokens(action_id)))
-
-
-def _junk(env, word="jump"):
-    ids = env.tokenizer.encode(word)[:A]
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
-
-
-class Batched:
-    """jit(vmap(.)) reset and one turn for one env (compiled once each)."""
+class Batched(helpers.StepBatch):
+    """`helpers.StepBatch` over B episodes, plus closed-loop play of a policy."""
 
     def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-        self.table = np.stack([_tokens(env, a) for a in range(env.num_actions)])
-        self.lens = np.array([len(env.action_tokens(a)) for a in range(env.num_actions)], np.int32)
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def act(self, states, action_ids, params):
-        """One turn of B episodes from int[B] action ids."""
-        ids = np.asarray(action_ids)
-        return self.step(
-            self.keys(0), states, jnp.asarray(self.table[ids]), jnp.asarray(self.lens[ids]), params
-        )
+        super().__init__(env, A, B)
 
     def closed_loop(self, states, policy, params, max_turns):
         """Plays `policy(state) -> plan` every turn (first action) until all are done.
@@ -85,7 +53,7 @@ class Batched:
                 break
             actions = []
             for i in range(B):
-                plan = None if host.done[i] else policy(_index(host, i))
+                plan = None if host.done[i] else policy(helpers.index(host, i))
                 actions.append(plan[0] if plan else 0)
             turns += ~np.asarray(host.done)
             states, ts = self.act(states, actions, params)
@@ -98,10 +66,6 @@ BATCHED = Batched(ENV)
 BATCHED_OOD = Batched(OOD_ENV)
 _step = jax.jit(ENV.step)
 _shaped_step = jax.jit(SHAPED.step)
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
 
 
 def _decode(env, ts) -> str:
@@ -126,7 +90,7 @@ def _window(render: str, pos, r=1) -> str:
 def _play(env, start, actions, step=_step):
     state, out = start, []
     for a in actions:
-        tokens = _junk(env) if a is None else _action(env, a)
+        tokens = helpers.encode(env, "jump", A) if a is None else helpers.action(env, a, A)
         state, ts = step(jax.random.key(0), state, *tokens, env.default_params())
         out.append((state, ts))
     return out
@@ -239,8 +203,8 @@ def test_maze__vmapped_reset_gives_perfect_mazes():
         # DFS mazes of 4 x 4 rooms repeat now and then (about 3.8k distinct in 20k draws).
         assert len(set(map(bytes, walls.reshape(B, -1)))) > B - 6
         for i in range(4):
-            state = _index(states, i)
-            assert _decode(ENV, _index(ts, i)) == _window(ENV.render(state), state.pos)
+            state = helpers.index(states, i)
+            assert _decode(ENV, helpers.index(ts, i)) == _window(ENV.render(state), state.pos)
 
 
 def test_maze__carve_and_distance_map_helpers():
@@ -307,7 +271,7 @@ def test_maze__exploration_oracle_ignores_unseen_cells():
     rng = np.random.default_rng(0)
     checked = 0
     for i in range(B):
-        state = _index(host, i)
+        state = helpers.index(host, i)
         seen = ENV.seen_cells(state)
         if state.done or seen[tuple(state.goal)]:
             continue
@@ -342,10 +306,10 @@ def test_maze__vmapped_step_matches_single_episode_step():
     new, ts = BATCHED.act(states, ids, TRAIN)
     for i in (0, 1, 2, 3, B - 1):
         single, ts_single = _step(
-            jax.random.key(0), _index(states, i), *_action(ENV, ids[i]), TRAIN
+            jax.random.key(0), helpers.index(states, i), *helpers.action(ENV, ids[i], A), TRAIN
         )
-        jax.tree.map(np.testing.assert_array_equal, single, _index(new, i))
-        jax.tree.map(np.testing.assert_array_equal, ts_single, _index(ts, i))
+        jax.tree.map(np.testing.assert_array_equal, single, helpers.index(new, i))
+        jax.tree.map(np.testing.assert_array_equal, ts_single, helpers.index(ts, i))
 
 
 def test_maze__anchors_equal_iff_states_equal():
@@ -397,8 +361,7 @@ def test_maze__random_token_actions_are_penalised_turns():
     vocab = ENV.tokenizer.vocab_size
     for turn in range(8):
         key_tok, key_len = jax.random.split(jax.random.key(11 + turn))
-        tokens = jax.random.randint(key_tok, (B, A), 0, vocab)
-        lengths = jax.random.randint(key_len, (B,), 0, A + 1)
+        tokens, lengths = helpers.random_actions(vocab, key_tok, key_len, (B,), A)
         new, ts = BATCHED.step(BATCHED.keys(turn), states, tokens, lengths, TRAIN)
         invalid = ~np.asarray(ts.valid_action)
         assert invalid.mean() > 0.8
@@ -414,7 +377,7 @@ def test_maze__render_is_readable_and_round_trips():
     states, _ = BATCHED.reset(BATCHED.keys(12), TRAIN)
     states, _ = BATCHED.act(states, np.full(B, RIGHT), TRAIN)
     for i in range(4):
-        state = _index(states, i)
+        state = helpers.index(states, i)
         picture = ENV.render(state)
         assert picture.count("\n") == 9 and set(picture) <= set("#_.GP\n")
         assert picture.count("P") == 1 and picture.count("G") == 1

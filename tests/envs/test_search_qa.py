@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rl4agents.envs import registry, search_qa
+from tests.envs import helpers
 
 A = 10  # action slots (the longest action is 8 tokens)
 B = 64  # episodes per batched call
@@ -41,70 +42,10 @@ FACTS = {
 }
 
 
-def _encode(env, action):
-    """(int32[A] tokens, int32[] length) of an action string."""
-    ids = env.tokenizer.encode(action)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
-
-
-def _ids_to_tokens(env, action_ids):
-    """int32[B] action ids -> (int32[B, A] tokens, int32[B] lengths)."""
-    tokens = np.full((len(action_ids), A), env.tokenizer.pad_id, np.int32)
-    lengths = np.zeros((len(action_ids),), np.int32)
-    for i, action in enumerate(action_ids):
-        ids = env.action_tokens(int(action))
-        tokens[i, : len(ids)], lengths[i] = ids, len(ids)
-    return jnp.asarray(tokens), jnp.asarray(lengths)
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
-
-
-class Batched:
-    """jit(vmap(.)) reset and step for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self._step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def step(self, seed, states, action_ids, params):
-        tokens, lengths = _ids_to_tokens(self.env, action_ids)
-        return self._step(self.keys(seed), states, tokens, lengths, params)
-
-    def play(self, state, actions, params=TRAIN):
-        """[(state, TimeStep)] after each action string from one state (run as B copies)."""
-        states = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, *jnp.shape(x))), state)
-        out = []
-        for action in actions:
-            tokens, length = _encode(self.env, action)
-            tokens, length = jnp.tile(tokens, (B, 1)), jnp.tile(length, (B,))
-            states, ts = self._step(self.keys(0), states, tokens, length, params)
-            out.append((_index(states, 0), _index(ts, 0)))
-        return out
-
-
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
-BATCHED_SHAPED = Batched(SHAPED)
+BATCHED = helpers.StepBatch(ENV, A, B)
+BATCHED_OOD = helpers.StepBatch(OOD_ENV, A, B)
+BATCHED_SHAPED = helpers.StepBatch(SHAPED, A, B)
 _hash_batch = jax.jit(jax.vmap(search_qa.task_hash))
-
-
-def _assert_obs(env, ts, expected):
-    """The observation's tokens are exactly the tokenization of `expected`."""
-    got = np.asarray(ts.obs_tokens)[: int(ts.obs_len)].tolist()
-    assert got == env.tokenizer.encode(expected), (env.tokenizer.decode(got), expected)
-    assert (np.asarray(ts.obs_tokens)[int(ts.obs_len) :] == env.tokenizer.pad_id).all()
-
-
-def _same(a, b):
-    jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
 def _rows(states):
@@ -140,7 +81,9 @@ def test_search_qa__question_and_chain_of_a_hand_state():
 def test_search_qa__prompt_is_rules_and_question():
     states, ts = BATCHED.reset(BATCHED.keys(0), TRAIN)
     for i in range(6):
-        _assert_obs(ENV, _index(ts, i), INTRO + ENV.question(_index(states, i)) + "\n")
+        helpers.assert_obs(
+            ENV, helpers.index(ts, i), INTRO + ENV.question(helpers.index(states, i)) + "\n"
+        )
     assert not np.asarray(ts.done).any() and (np.asarray(ts.reward) == 0).all()
 
 
@@ -148,29 +91,29 @@ def test_search_qa__searches_then_correct_answer_wins_and_absorbs():
     actions = ["search Zeda", "search Brin", "search Mirel", "answer 1988", "answer 1988"]
     steps = BATCHED.play(HAND, actions)
     for (_, ts), name in zip(steps[:3], ["Zeda", "Brin", "Mirel"]):
-        _assert_obs(ENV, ts, FACTS[name] + "\n")
+        helpers.assert_obs(ENV, ts, FACTS[name] + "\n")
         assert ts.valid_action and not ts.done and ts.reward == 0.0
     np.testing.assert_array_equal(steps[2][0].searched, [1, 0, 1, 1, 0, 0, 0, 0])
     (s4, t4), (s5, t5) = steps[3:]
-    _assert_obs(ENV, t4, "correct , you won\n")
+    helpers.assert_obs(ENV, t4, "correct , you won\n")
     assert t4.done and t4.success and t4.reward == 1.0 and bool(s4.done)
-    _same(s5, s4)
+    helpers.assert_same(s5, s4)
     assert t5.done and t5.reward == 0.0 and t5.obs_len == 0 and not t5.success
     assert t5.anchor == t4.anchor
 
 
 def test_search_qa__unknown_names_wrong_answers_and_invalid_actions():
     ((state, ts),) = BATCHED.play(HAND, ["search Pemo"])  # a name of the pool, not in this KB
-    _assert_obs(ENV, ts, "Pemo : no results\n")
+    helpers.assert_obs(ENV, ts, "Pemo : no results\n")
     assert ts.valid_action and ts.reward == 0.0 and not ts.done
-    _same(state, HAND)
+    helpers.assert_same(state, HAND)
     for action in ("search Orvan", "answer Zeda", "search", "lookup Zeda", "answer 1969", ""):
         ((state, ts),) = BATCHED.play(HAND, [action])
-        _assert_obs(ENV, ts, INVALID)
+        helpers.assert_obs(ENV, ts, INVALID)
         assert not ts.valid_action and not ts.done and ts.reward == pytest.approx(-0.05)
-        _same(state, HAND)
+        helpers.assert_same(state, HAND)
     ((state, ts),) = BATCHED.play(HAND, ["answer Saltor"])  # Mirel's city, not her birth year
-    _assert_obs(ENV, ts, "wrong , you lost\n")
+    helpers.assert_obs(ENV, ts, "wrong , you lost\n")
     assert ts.done and ts.valid_action and ts.reward == 0.0 and not ts.success
 
 
@@ -188,18 +131,6 @@ def test_search_qa__progress_reward_for_first_search_of_each_chain_person():
     np.testing.assert_allclose(rewards, [0.1, 0, 0, 0, 0.1, 0.1, 1.0], atol=1e-6)
 
 
-def _closed_loop(batched, states, params, turns):
-    """Oracle every turn, first action only; returns (final states, [per-turn TimeSteps])."""
-    env, out = batched.env, []
-    for turn in range(turns):
-        plans = [env.oracle_actions(_index(states, i)) for i in range(B)]
-        assert all(p is not None for p in plans)
-        ids = [p[0] if p else 0 for p in plans]  # done episodes absorb any action
-        states, ts = batched.step(turn, states, ids, params)
-        out.append(ts)
-    return states, out
-
-
 @pytest.mark.slow  # a few hundred generated tasks per split: tests -m slow
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
 def test_search_qa__oracle_solves_every_generated_task_closed_loop(split):
@@ -210,7 +141,7 @@ def test_search_qa__oracle_solves_every_generated_task_closed_loop(split):
         states, _ = batched.reset(batched.keys(100 + seed), params)
         hops = np.asarray(states.hops)
         all_hops.append(hops)
-        final, steps = _closed_loop(batched, states, params, env.config.max_hops + 1)
+        final, steps = batched.oracle_turns(states, params, env.config.max_hops + 1)
         assert np.asarray(final.done).all()
         success = np.stack([np.asarray(t.success) for t in steps], axis=1)
         rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
@@ -225,7 +156,7 @@ def test_search_qa__oracle_solves_every_generated_task_closed_loop(split):
 
 def test_search_qa__shaped_oracle_return_is_goal_plus_c_per_hop():
     states, _ = BATCHED.reset(BATCHED.keys(7), TRAIN)  # SHAPED generates the same tasks
-    final, steps = _closed_loop(BATCHED_SHAPED, states, TRAIN, ENV.config.max_hops + 1)
+    final, steps = BATCHED_SHAPED.oracle_turns(states, TRAIN, ENV.config.max_hops + 1)
     rewards = np.stack([np.asarray(t.reward) for t in steps], axis=1)
     np.testing.assert_allclose(rewards.sum(axis=1), 1.0 + 0.1 * np.asarray(states.hops), rtol=1e-5)
 
@@ -238,7 +169,7 @@ def test_search_qa__oracle_first_action_uses_only_observed_facts():
     for turn in range(3):
         host = jax.device_get(states)
         for i in range(B):
-            state = _index(host, i)
+            state = helpers.index(host, i)
             if state.done:
                 continue
             first = ENV.oracle_actions(state)[0]
@@ -250,8 +181,8 @@ def test_search_qa__oracle_first_action_uses_only_observed_facts():
             changed = state.replace(attrs=attrs.astype(np.int32), rels=rels.astype(np.int32))
             assert ENV.oracle_actions(changed)[0] == first
             checked += 1
-        ids = [(ENV.oracle_actions(_index(host, i)) or [0])[0] for i in range(B)]
-        states, _ = BATCHED.step(turn, states, ids, TRAIN)
+        ids = [(ENV.oracle_actions(helpers.index(host, i)) or [0])[0] for i in range(B)]
+        states, _ = BATCHED.act(states, ids, TRAIN, seed=turn)
     assert checked > 2 * B
 
 
@@ -290,7 +221,7 @@ def test_search_qa__generated_knowledge_bases_are_wellformed():
     sizes = np.array([len(pool) for pool in search_qa.POOLS])
     assert ((np.asarray(states.attrs) >= 0) & (np.asarray(states.attrs) < sizes)).all()
     for i in range(B):  # the chain's people are distinct
-        people, on = search_qa.chain(_index(states, i))
+        people, on = search_qa.chain(helpers.index(states, i))
         chain_people = np.asarray(people)[np.asarray(on)]
         assert len(set(chain_people.tolist())) == len(chain_people)
         if i == 8:
@@ -308,7 +239,7 @@ def test_search_qa__anchors_equal_iff_states_equal():
         ids = [
             int(rng.choice(names[i])) if rng.random() < 0.85 else ENV.num_searches for i in range(B)
         ]
-        states, ts = BATCHED.step(turn, states, ids, TRAIN)
+        states, ts = BATCHED.act(states, ids, TRAIN, seed=turn)
         seen.append((states, ts.anchor))
     by_anchor, by_state = {}, {}
     for batch, anchors in seen:
@@ -322,13 +253,14 @@ def test_search_qa__anchors_equal_iff_states_equal():
 
 def test_search_qa__random_token_actions_are_penalised_turns():
     states, _ = BATCHED.reset(BATCHED.keys(11), TRAIN)
-    tokens = jax.random.randint(jax.random.key(12), (B, A), 0, ENV.tokenizer.vocab_size)
-    lengths = jax.random.randint(jax.random.key(13), (B,), 0, A + 1)
-    new, ts = BATCHED._step(BATCHED.keys(11), states, tokens, lengths, TRAIN)
+    tokens, lengths = helpers.random_actions(
+        ENV.tokenizer.vocab_size, jax.random.key(12), jax.random.key(13), (B,), A
+    )
+    new, ts = BATCHED.step(BATCHED.keys(11), states, tokens, lengths, TRAIN)
     assert not np.asarray(ts.valid_action).any() and not np.asarray(ts.done).any()
     np.testing.assert_allclose(np.asarray(ts.reward), -0.05, rtol=1e-6)
-    _same(new, states)
-    _assert_obs(ENV, _index(ts, 0), INVALID)
+    helpers.assert_same(new, states)
+    helpers.assert_obs(ENV, helpers.index(ts, 0), INVALID)
 
 
 def test_search_qa__render_is_readable():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rl4agents.envs import registry, sokoban
+from tests.envs import helpers
 
 A = 4  # action slots
 B = 64  # episodes per batched call
@@ -20,56 +21,14 @@ TRAIN, TEST = ENV.default_params("train"), ENV.default_params("test")
 TWO_BOXES = "######\n#@$._#\n#____#\n#_$._#\n#____#\n######"
 
 
-def _action(env, action_id):
-    """(int32[A] tokens, int32[] length) of an action id."""
-    ids = env.action_tokens(action_id)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
+def _batched(env):
+    """Batched reset and play of L = 2 N^2 turns (longer than any oracle plan)."""
+    return helpers.ScanBatch(env, B, length=2 * env.config.size * env.config.size)
 
 
-def _ids_to_tokens(env, action_ids):
-    """int32[..., L] action ids -> (int32[..., L, A] tokens, int32[..., L] lengths)."""
-    table = np.stack([np.asarray(_action(env, i)[0]) for i in range(env.num_actions)])
-    lens = np.array([len(env.action_tokens(i)) for i in range(env.num_actions)], np.int32)
-    return jnp.asarray(table[action_ids]), jnp.asarray(lens[action_ids])
-
-
-class Batched:
-    """jit(vmap(.)) reset and fixed-length play for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.length = 2 * env.config.size * env.config.size
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-
-        def play(key, state, tokens, lengths, params):
-            def _turn(state, inputs):
-                key_step, tok, length = inputs
-                new, ts = env.step(key_step, state, tok, length, params)
-                return new, (new, ts)
-
-            keys = jax.random.split(key, tokens.shape[0])
-            return jax.lax.scan(_turn, state, (keys, tokens, lengths))
-
-        self._play = jax.jit(jax.vmap(play, in_axes=(0, 0, 0, 0, None)))
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def play(self, seed, states, tokens, lengths, params):
-        """Returns (final states, per-turn states, per-turn TimeSteps) with [B, L] leading axes."""
-        final, (seq, ts) = self._play(self.keys(seed), states, tokens, lengths, params)
-        return final, seq, ts
-
-
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
+BATCHED = _batched(ENV)
+BATCHED_OOD = _batched(OOD_ENV)
 _step = jax.jit(ENV.step)
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
 
 
 def _codes(states):
@@ -82,7 +41,7 @@ def _play_text(room, actions, env=ENV):
     state = env.state_from_text(room)
     out = []
     for action in actions:
-        state, ts = _step(jax.random.key(0), state, *_action(env, action), TRAIN)
+        state, ts = _step(jax.random.key(0), state, *helpers.action(env, action, A), TRAIN)
         out.append((state, ts))
     return out
 
@@ -144,10 +103,10 @@ def test_sokoban__invalid_action_is_penalised_and_reported():
 
 def test_sokoban__jit_matches_eager_on_short_episode():
     states, _ = BATCHED.reset(BATCHED.keys(3), TRAIN)
-    start = _index(states, 0)
-    actions = [_action(ENV, a) for a in (RIGHT, DOWN, LEFT)]
+    start = helpers.index(states, 0)
+    actions = [helpers.action(ENV, a, A) for a in (RIGHT, DOWN, LEFT)]
     actions += [(jnp.full((A,), 9, jnp.int32), jnp.asarray(2))]
-    actions += [_action(ENV, a) for a in (UP, UP, RIGHT, DOWN)]
+    actions += [helpers.action(ENV, a, A) for a in (UP, UP, RIGHT, DOWN)]
 
     def episode(step_fn):
         state, out = start, []
@@ -177,7 +136,7 @@ def test_sokoban__vmap_reset_over_64_keys_gives_wellformed_rooms():
         assert not np.asarray(ts.done).any() and not np.asarray(states.done).any()
         assert len(set(map(bytes, _codes(states)))) > B // 2  # small rooms repeat sometimes
         first = ENV.tokenizer.decode(np.asarray(ts.obs_tokens[0])).replace(" ", "")
-        assert first == ENV.render(_index(states, 0))
+        assert first == ENV.render(helpers.index(states, 0))
 
 
 @pytest.mark.parametrize("split", ["train", "test", "ood"])
@@ -189,10 +148,10 @@ def test_sokoban__oracle_solves_every_generated_room(split):
         plans = np.zeros((B, batched.length), np.int32)  # padding turns act after done
         lengths = np.zeros((B,), np.int32)
         for i in range(B):
-            plan = env.oracle_actions(_index(states, i))
+            plan = env.oracle_actions(helpers.index(states, i))
             assert plan is not None and 0 < len(plan) <= batched.length
             plans[i, : len(plan)], lengths[i] = plan, len(plan)
-        final, _, ts = batched.play(seed, states, *_ids_to_tokens(env, plans), params)
+        final, _, ts = batched.play(seed, states, *helpers.ids_to_tokens(env, plans, A), params)
         assert np.asarray(final.done).all()
         assert np.asarray(ts.success).any(axis=1).all()
         on_target = np.asarray(states.boxes & states.targets).sum(axis=(1, 2))
@@ -243,7 +202,7 @@ def test_sokoban__ood_rooms_are_larger_with_two_boxes():
 def test_sokoban__anchors_equal_iff_states_equal():
     states, ts0 = BATCHED.reset(BATCHED.keys(7), TRAIN)
     ids = np.asarray(jax.random.randint(jax.random.key(8), (B, BATCHED.length), 0, 4))
-    _, seq, ts = BATCHED.play(7, states, *_ids_to_tokens(ENV, ids), TRAIN)
+    _, seq, ts = BATCHED.play(7, states, *helpers.ids_to_tokens(ENV, ids, A), TRAIN)
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), seq)
     codes = np.concatenate([_codes(states), _codes(flat)])
     anchors = np.concatenate([np.asarray(ts0.anchor), np.asarray(ts.anchor).ravel()])
@@ -259,8 +218,9 @@ def test_sokoban__anchors_equal_iff_states_equal():
 def test_sokoban__random_token_actions_never_crash():
     states, _ = BATCHED.reset(BATCHED.keys(9), TRAIN)
     shape = (B, BATCHED.length)
-    tokens = jax.random.randint(jax.random.key(10), (*shape, A), 0, ENV.tokenizer.vocab_size)
-    lengths = jax.random.randint(jax.random.key(11), shape, 0, A + 1)
+    tokens, lengths = helpers.random_actions(
+        ENV.tokenizer.vocab_size, jax.random.key(10), jax.random.key(11), shape, A
+    )
     _, _, ts = BATCHED.play(9, states, tokens, lengths, TRAIN)
     reward, obs_len = np.asarray(ts.reward), np.asarray(ts.obs_len)
     assert np.isfinite(reward).all()
@@ -274,7 +234,7 @@ def test_sokoban__render_round_trips_through_state_from_text():
     assert ENV.render(ENV.state_from_text(TWO_BOXES)) == TWO_BOXES + "\n"
     states, _ = BATCHED.reset(BATCHED.keys(0), TRAIN)
     for i in range(4):
-        state = _index(states, i)
+        state = helpers.index(states, i)
         room = ENV.render(state)
         assert room.count("\n") == 6 and set(room) <= set("#_.$*@+\n")
         assert room.count("@") + room.count("+") == 1

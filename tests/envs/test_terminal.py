@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rl4agents.envs import registry, terminal
+from tests.envs import helpers
 
 B = 64  # episodes per batched call
 ENV = terminal.Terminal()
@@ -26,36 +27,11 @@ TREE = {
 PROMPT = "$\n"
 
 
-def _tokens(env, command):
-    """(int32[A] tokens, int32[] length) of a command string (any string, valid or not)."""
-    ids = env.tokenizer.encode(command)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
-
-
-class Batched:
-    """jit(vmap(.)) reset and one step for one env (compiled once each)."""
+class Batched(helpers.StepBatch):
+    """`helpers.StepBatch` over B episodes, plus closed-loop play of the env's oracle."""
 
     def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-        table = np.full((env.num_actions, A), env.tokenizer.pad_id, np.int32)
-        lengths = np.zeros((env.num_actions,), np.int32)
-        for i in range(env.num_actions):
-            ids = env.action_tokens(i)
-            table[i, : len(ids)], lengths[i] = ids, len(ids)
-        self.table, self.lengths = table, lengths
-
-    def keys(self, seed, n=B):
-        return jax.random.split(jax.random.key(seed), n)
-
-    def act(self, states, action_ids, params):
-        """One batched turn with action ids int[n]."""
-        ids = np.asarray(action_ids)
-        keys = self.keys(0, len(ids))
-        return self.step(keys, states, self.table[ids], self.lengths[ids], params)
+        super().__init__(env, A, B)
 
     def run_oracle(self, seed, params, num_batches=1, strategy="grep", max_turns=200):
         """Closed loop over batches of B tasks: the oracle's first action every turn, through
@@ -74,8 +50,8 @@ class Batched:
                 break
             actions = np.zeros(n, np.int32)
             for i in np.flatnonzero(~host.done):
-                plan = self.env.oracle_actions(_index(host, i), strategy)
-                assert plan, (strategy, self.env.render(_index(host, i)))
+                plan = self.env.oracle_actions(helpers.index(host, i), strategy)
+                assert plan, (strategy, self.env.render(helpers.index(host, i)))
                 actions[i] = plan[0]
             turns += ~host.done
             states, ts = self.act(states, actions, params)
@@ -91,16 +67,12 @@ PROGRESS_ENV = terminal.Terminal(progress_reward=0.1)
 _progress_step = jax.jit(PROGRESS_ENV.step)
 
 
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
-
-
 def _run(commands, tree=TREE, field="key", cwd="/", env=ENV, step=_step):
     """Plays command strings from a hand-made state; returns [(state, timestep, text)]."""
     state = env.state_from_tree(tree, field, cwd)
     out = []
     for command in commands:
-        state, ts = step(jax.random.key(0), state, *_tokens(env, command), TRAIN)
+        state, ts = step(jax.random.key(0), state, *helpers.encode(env, command, A), TRAIN)
         obs = np.asarray(ts.obs_tokens)[: int(ts.obs_len)]
         out.append((state, ts, obs))
     return out
@@ -238,12 +210,12 @@ def test_terminal__progress_reward_for_key_path_and_key_file():
 def test_terminal__progress_reward_follows_the_grep_oracle():
     states, _ = BATCHED.reset(BATCHED.keys(13), TRAIN)  # same geometry as PROGRESS_ENV
     for i in range(4):
-        state, total = _index(states, i), 0.0
+        state, total = helpers.index(states, i), 0.0
         for _ in range(8):
             if state.done:
                 break
             action = PROGRESS_ENV.oracle_actions(state)[0]
-            tokens = _tokens(PROGRESS_ENV, PROGRESS_ENV.commands[action])
+            tokens = helpers.encode(PROGRESS_ENV, PROGRESS_ENV.commands[action], A)
             state, ts = _progress_step(jax.random.key(0), state, *tokens, TRAIN)
             total += float(ts.reward)
         key_depth = ENV._tree.dir_depth[ENV._tree.file_dir[int(state.target_file)]]
@@ -255,13 +227,13 @@ def test_terminal__progress_reward_follows_the_grep_oracle():
 @pytest.mark.slow
 def test_terminal__jit_matches_eager_on_short_episode():
     states, _ = BATCHED.reset(BATCHED.keys(3), TRAIN)
-    start = _index(states, 0)
+    start = helpers.index(states, 0)
     commands = ["grep key", "bogus", "submit 1024"]
 
     def episode(step_fn):
         state, out = start, []
         for i, command in enumerate(commands):
-            state, ts = step_fn(jax.random.key(i), state, *_tokens(ENV, command), TRAIN)
+            state, ts = step_fn(jax.random.key(i), state, *helpers.encode(ENV, command, A), TRAIN)
             out.append(ts)
         return state, out
 
@@ -397,18 +369,8 @@ def test_terminal__anchors_equal_iff_states_equal():
 
 
 def test_terminal__random_token_actions_never_crash():
-    states, _ = BATCHED.reset(BATCHED.keys(9), TRAIN)
-    invalid, rewards = [], []
-    for turn in range(6):
-        key_tokens, key_len = jax.random.split(jax.random.key(turn))
-        tokens = jax.random.randint(key_tokens, (B, A), 0, ENV.tokenizer.vocab_size)
-        lengths = jax.random.randint(key_len, (B,), 0, A + 1)
-        states, ts = BATCHED.step(BATCHED.keys(turn), states, tokens, lengths, TRAIN)
-        obs_len = np.asarray(ts.obs_len)
-        assert ((obs_len > 0) & (obs_len <= ENV.max_obs_len)).all()
-        invalid.append(~np.asarray(ts.valid_action))
-        rewards.append(np.asarray(ts.reward))
-    invalid, rewards = np.stack(invalid), np.stack(rewards)
+    invalid, rewards, obs_len = BATCHED.random_turns(TRAIN, 9, 6)
+    assert ((obs_len > 0) & (obs_len <= ENV.max_obs_len)).all()
     assert invalid.mean() > 0.9
     np.testing.assert_allclose(rewards[invalid], -0.05, rtol=1e-6)
 
@@ -430,7 +392,7 @@ def test_terminal__render_is_readable():
         "        | port = 1024",
     ]
     states, _ = BATCHED.reset(BATCHED.keys(0), TRAIN)
-    assert ENV.render(_index(states, 0)).startswith("task: find the value of ")
+    assert ENV.render(helpers.index(states, 0)).startswith("task: find the value of ")
 
 
 def test_terminal__bad_arguments_raise_naming_the_value():

@@ -14,6 +14,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import registry, two_agent
+from tests.envs import helpers
 from tests.envs.chars import CharTokenizer
 
 B = 64  # episodes per batched call
@@ -31,55 +32,13 @@ GUIDE_INVALID = "invalid message . allowed: say up , say down , say left , say r
 WALKER_INVALID = "invalid move . allowed: up , down , left , right , stay\n"
 
 
-class Batched:
-    """jit(vmap(.)) reset and step for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-        self.table = np.zeros((env.num_actions, A), np.int32)
-        self.lens = np.zeros((env.num_actions,), np.int32)
-        for i in range(env.num_actions):
-            ids = env.action_tokens(i)
-            self.table[i, : len(ids)], self.lens[i] = ids, len(ids)
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
-
-    def act(self, seed, states, action_ids, params):
-        """One batched turn with action ids int[B]."""
-        ids = np.asarray(action_ids)
-        tokens, lens = jnp.asarray(self.table[ids]), jnp.asarray(self.lens[ids])
-        return self.step(self.keys(seed), states, tokens, lens, params)
-
-    def play(self, state, actions, params=TRAIN):
-        """[(state, TimeStep)] of one episode after each action id or raw token list."""
-        out = []
-        for action in actions:
-            ids = self.env.action_tokens(action) if isinstance(action, int) else action
-            tokens = np.zeros((A,), np.int32)
-            tokens[: len(ids)] = ids
-            tile = lambda x: jnp.broadcast_to(jnp.asarray(x), (B, *np.shape(x)))  # noqa: E731
-            states, ts = self.step(
-                self.keys(0), jax.tree.map(tile, state), tile(tokens), tile(len(ids)), params
-            )
-            state = _index(states, 0)
-            out.append((state, _index(ts, 0)))
-        return out
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
-
-
 def _obs(ts) -> list[int]:
     return np.asarray(ts.obs_tokens)[: int(ts.obs_len)].tolist()
 
 
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
-BATCHED_SHAPED = Batched(SHAPED)
+BATCHED = helpers.StepBatch(ENV, A, B)
+BATCHED_OOD = helpers.StepBatch(OOD_ENV, A, B)
+BATCHED_SHAPED = helpers.StepBatch(SHAPED, A, B)
 
 
 def test_two_agent__registered_with_builtin_sizes_and_roles():
@@ -176,12 +135,12 @@ def test_two_agent__walker_cannot_see_the_goal_and_reset_shows_the_map():
     assert _obs(ts) == TOK.encode("walker:\nguide says right\n___\n_W_\n___\n")  # goal hidden
     states, first = BATCHED.reset(BATCHED.keys(0), TRAIN)
     for i in range(3):
-        grid = ENV.render(_index(states, i)).split("turn")[0]
+        grid = ENV.render(helpers.index(states, i)).split("turn")[0]
         intro = (
             "the guide sees the map and says a move , the walker sees only nearby cells and "
             "moves : bring the walker W to the goal G .\n"
         )
-        assert _obs(_index(first, i)) == TOK.encode(intro + "guide:\n" + grid)
+        assert _obs(helpers.index(first, i)) == TOK.encode(intro + "guide:\n" + grid)
 
 
 def test_two_agent__progress_reward_on_walker_turns_only():
@@ -246,11 +205,11 @@ def _run_oracle(batched, params, seed):
             break
         ids = np.zeros(B, np.int32)
         for i in np.flatnonzero(~done):
-            plan = env.oracle_actions(_index(host, i))
-            assert plan, (seed, i, env.render(_index(host, i)))
+            plan = env.oracle_actions(helpers.index(host, i))
+            assert plan, (seed, i, env.render(helpers.index(host, i)))
             ids[i] = plan[0]
             assert (ids[i] < 5) == (env.agent_of_turn(t) == two_agent.GUIDE)
-        states, ts = batched.act(seed * 1000 + t, states, ids, params)
+        states, ts = batched.act(states, ids, params, seed=seed * 1000 + t)
         success |= np.asarray(ts.success)
         turns += ~done
         rewards.append(np.asarray(ts.reward))
@@ -279,7 +238,7 @@ def test_two_agent__oracle_roles_use_only_their_own_observation():
     states, _ = BATCHED.reset(BATCHED.keys(21), TRAIN)
     rng = np.random.default_rng(0)
     for i in range(16):
-        state = _index(states, i)
+        state = helpers.index(states, i)
         # Guide: the first move of a shortest path (a neighbour one step closer).
         say = ENV.oracle_actions(state)[0]
         nxt = state.pos + two_agent.DELTAS[say]
@@ -325,7 +284,7 @@ def test_two_agent__anchors_equal_iff_states_equal():
     rows, anchors = [fields(states)], [np.asarray(ts0.anchor)]
     for t in range(30):
         ids = rng.integers(0, 5, B) + (t % 2) * 5  # a random message or move for the role
-        states, ts = BATCHED.act(t, states, ids, TRAIN)
+        states, ts = BATCHED.act(states, ids, TRAIN, seed=t)
         rows.append(fields(states))
         anchors.append(np.asarray(ts.anchor))
     by_anchor, by_state = collections.defaultdict(set), collections.defaultdict(set)

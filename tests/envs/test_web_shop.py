@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rl4agents.envs import registry, web_shop
+from tests.envs import helpers
 
 B = 64  # episodes per batched call
 ENV = web_shop.WebShop()
@@ -38,35 +39,11 @@ B03 = "[b03] red cotton shirt\nprice: $24\nsize: s l\nselected: none\n"
 B07 = "[b07] red wool shirt\nprice: $19\nsize: m l\nselected: {}\n"
 
 
-def _tokens(env, action):
-    """(int32[A] tokens, int32[] length) of an action string (any string, valid or not)."""
-    ids = env.tokenizer.encode(action)
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
-
-
-class Batched:
-    """jit(vmap(.)) reset and one step for one env (compiled once each)."""
+class Batched(helpers.StepBatch):
+    """`helpers.StepBatch` over B episodes, plus closed-loop play of the env's oracle."""
 
     def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-        table = np.full((env.num_actions, A), env.tokenizer.pad_id, np.int32)
-        lengths = np.zeros((env.num_actions,), np.int32)
-        for i in range(env.num_actions):
-            ids = env.action_tokens(i)
-            table[i, : len(ids)], lengths[i] = ids, len(ids)
-        self.table, self.lengths = table, lengths
-
-    def keys(self, seed, n=B):
-        return jax.random.split(jax.random.key(seed), n)
-
-    def act(self, states, action_ids, params):
-        """One batched turn with action ids int[B]."""
-        ids = np.asarray(action_ids)
-        return self.step(self.keys(0), states, self.table[ids], self.lengths[ids], params)
+        super().__init__(env, A, B)
 
     def run_oracle(self, seed, params, num_batches=1, max_turns=40):
         """Closed loop over batches of B tasks: the oracle's first action every turn, through
@@ -85,8 +62,8 @@ class Batched:
                 break
             actions = np.zeros(B, np.int32)
             for i in np.flatnonzero(~host.done):
-                plan = self.env.oracle_actions(_index(host, i))
-                assert plan, self.env.render(_index(host, i))
+                plan = self.env.oracle_actions(helpers.index(host, i))
+                assert plan, self.env.render(helpers.index(host, i))
                 actions[i] = plan[0]
             turns += ~host.done
             states, ts = self.act(states, actions, params)
@@ -102,16 +79,12 @@ PROGRESS_ENV = web_shop.WebShop(progress_reward=0.1)
 _progress_step = jax.jit(PROGRESS_ENV.step)
 
 
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
-
-
 def _run(actions, env=ENV, step=_step, state=None):
     """Plays action strings from the hand-made shop; returns [(state, timestep, obs tokens)]."""
     state = env.state_from_text(CATALOGUE, INSTRUCTION) if state is None else state
     out = []
     for action in actions:
-        state, ts = step(jax.random.key(0), state, *_tokens(env, action), TRAIN)
+        state, ts = step(jax.random.key(0), state, *helpers.encode(env, action, A), TRAIN)
         out.append((state, ts, np.asarray(ts.obs_tokens)[: int(ts.obs_len)]))
     return out
 
@@ -132,7 +105,7 @@ def test_web_shop__registered_with_builtin_sizes():
 
 def test_web_shop__prompt_is_instruction_actions_and_search_page():
     states, ts = BATCHED.reset(BATCHED.keys(1), TRAIN)
-    state = _index(states, 0)
+    state = helpers.index(states, 0)
     expected = web_shop.host.instruction_text(state) + "\n" + web_shop.HELP + "[search]\n"
     _assert_output(np.asarray(ts.obs_tokens[0])[: int(ts.obs_len[0])], expected)
     hand = ENV.state_from_text(CATALOGUE, INSTRUCTION)
@@ -236,13 +209,13 @@ def test_web_shop__progress_reward_for_matching_page_and_required_size():
 
 def test_web_shop__jit_matches_eager_on_short_episode():
     states, _ = BATCHED.reset(BATCHED.keys(3), TRAIN)
-    start = _index(states, 0)
+    start = helpers.index(states, 0)
     actions = ["search shirt", "bogus", "buy"]
 
     def episode(step_fn):
         state, out = start, []
         for i, action in enumerate(actions):
-            state, ts = step_fn(jax.random.key(i), state, *_tokens(ENV, action), TRAIN)
+            state, ts = step_fn(jax.random.key(i), state, *helpers.encode(ENV, action, A), TRAIN)
             out.append(ts)
         return state, out
 
@@ -354,18 +327,8 @@ def test_web_shop__anchors_equal_iff_states_equal():
 
 
 def test_web_shop__random_token_actions_never_crash():
-    states, _ = BATCHED.reset(BATCHED.keys(9), TRAIN)
-    invalid, rewards = [], []
-    for turn in range(6):
-        key_tokens, key_len = jax.random.split(jax.random.key(turn))
-        tokens = jax.random.randint(key_tokens, (B, A), 0, ENV.tokenizer.vocab_size)
-        lengths = jax.random.randint(key_len, (B,), 0, A + 1)
-        states, ts = BATCHED.step(BATCHED.keys(turn), states, tokens, lengths, TRAIN)
-        obs_len = np.asarray(ts.obs_len)
-        assert ((obs_len > 0) & (obs_len <= ENV.max_obs_len)).all()
-        invalid.append(~np.asarray(ts.valid_action))
-        rewards.append(np.asarray(ts.reward))
-    invalid, rewards = np.stack(invalid), np.stack(rewards)
+    invalid, rewards, obs_len = BATCHED.random_turns(TRAIN, 9, 6)
+    assert ((obs_len > 0) & (obs_len <= ENV.max_obs_len)).all()
     assert invalid.mean() > 0.9
     np.testing.assert_allclose(rewards[invalid], -0.05, rtol=1e-6)
 

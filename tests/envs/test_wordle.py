@@ -12,6 +12,7 @@ import pytest
 
 from rl4agents import text
 from rl4agents.envs import registry, wordle
+from tests.envs import helpers
 
 B = 64  # episodes per batched call
 ENV = wordle.Wordle()
@@ -19,14 +20,6 @@ A = ENV.max_action_len + 2  # action slots passed to `step` (room for junk token
 OOD_ENV, OOD_PARAMS = ENV.make_split("ood")
 TRAIN, TEST = ENV.default_params("train"), ENV.default_params("test")
 SHAPED = wordle.Wordle(progress_reward=0.1, turns_left_bonus=0.1)
-
-
-def _encode(env, string):
-    """(int32[A] tokens, int32[] length) of any action text."""
-    ids = env.tokenizer.encode(string)[:A]
-    tokens = np.full((A,), env.tokenizer.pad_id, np.int32)
-    tokens[: len(ids)] = ids
-    return jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32)
 
 
 def _reference_feedback(guess: str, secret: str) -> str:
@@ -45,38 +38,21 @@ def _reference_feedback(guess: str, secret: str) -> str:
     return "".join(f" {g}{m}" for g, m in zip(guess, marks))
 
 
-class Batched:
-    """jit(vmap(.)) reset and one turn for one env (compiled once each)."""
-
-    def __init__(self, env):
-        self.env = env
-        self.reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-        self.step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, 0, None)))
-        self.table = np.full((env.num_actions, A), env.tokenizer.pad_id, np.int32)
-        self.lens = np.zeros((env.num_actions,), np.int32)
-        for i in range(env.num_actions):
-            ids = env.action_tokens(i)
-            self.table[i, : len(ids)], self.lens[i] = ids, len(ids)
-
-    def keys(self, seed):
-        return jax.random.split(jax.random.key(seed), B)
+class Batched(helpers.StepBatch):
+    """`helpers.StepBatch` whose action id -1 is the junk action "guess"."""
 
     def act(self, states, action_ids, params):
         """One turn of B episodes from int[B] action ids (-1: the junk action "guess")."""
         ids = np.asarray(action_ids)
-        tokens, lens = self.table[np.maximum(ids, 0)], self.lens[np.maximum(ids, 0)]
+        tokens, lens = self.table[np.maximum(ids, 0)], self.lengths[np.maximum(ids, 0)]
         lens = np.where(ids < 0, 1, lens)  # "guess" alone: not an action
         return self.step(self.keys(0), states, jnp.asarray(tokens), jnp.asarray(lens), params)
 
 
-BATCHED = Batched(ENV)
-BATCHED_OOD = Batched(OOD_ENV)
+BATCHED = Batched(ENV, A, B)
+BATCHED_OOD = Batched(OOD_ENV, A, B)
 _step = jax.jit(ENV.step)
 _shaped_step = jax.jit(SHAPED.step)
-
-
-def _index(tree, i):
-    return jax.tree.map(lambda x: np.asarray(x)[i], tree)
 
 
 def _obs_ids(ts):
@@ -87,7 +63,9 @@ def _play(env, state, actions, step=_step):
     """Steps through action texts; returns [(state, ts)]."""
     out = []
     for action in actions:
-        state, ts = step(jax.random.key(0), state, *_encode(env, action), env.default_params())
+        state, ts = step(
+            jax.random.key(0), state, *helpers.encode(env, action, A), env.default_params()
+        )
         out.append((state, ts))
     return out
 
@@ -252,7 +230,7 @@ def test_wordle__oracle_solves_every_generated_task_closed_loop(split):
             host = jax.device_get(states)
             actions = []
             for i in range(B):
-                plan = env.oracle_actions(_index(host, i))
+                plan = env.oracle_actions(helpers.index(host, i))
                 assert plan is not None
                 actions.append(plan[0] if plan else 0)
             turns += ~np.asarray(host.done)
@@ -297,9 +275,9 @@ def test_wordle__vmapped_step_matches_single_episode_step():
     new, ts = BATCHED.act(states, ids, TRAIN)
     for i in (0, 1, 2, 5, B - 1):
         text_ = "guess" if ids[i] < 0 else f"guess {ENV.words[ids[i]]}"
-        ((single, ts_single),) = _play(ENV, _index(states, i), [text_])
-        jax.tree.map(np.testing.assert_array_equal, single, _index(new, i))
-        jax.tree.map(np.testing.assert_array_equal, ts_single, _index(ts, i))
+        ((single, ts_single),) = _play(ENV, helpers.index(states, i), [text_])
+        jax.tree.map(np.testing.assert_array_equal, single, helpers.index(new, i))
+        jax.tree.map(np.testing.assert_array_equal, ts_single, helpers.index(ts, i))
 
 
 def test_wordle__anchors_equal_iff_states_equal():
@@ -332,8 +310,7 @@ def test_wordle__random_token_actions_are_penalised_turns():
     vocab = ENV.tokenizer.vocab_size
     for turn in range(3):
         key_tok, key_len = jax.random.split(jax.random.key(20 + turn))
-        tokens = jax.random.randint(key_tok, (B, A), 0, vocab)
-        lengths = jax.random.randint(key_len, (B,), 0, A + 1)
+        tokens, lengths = helpers.random_actions(vocab, key_tok, key_len, (B,), A)
         new, ts = BATCHED.step(BATCHED.keys(turn), states, tokens, lengths, TRAIN)
         assert not np.asarray(ts.valid_action).any()
         np.testing.assert_allclose(np.asarray(ts.reward), -0.1, rtol=1e-6)

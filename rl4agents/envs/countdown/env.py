@@ -50,13 +50,9 @@ class CountdownConfig:
 
     def __post_init__(self):
         for name in ("num_numbers", "ood_num_numbers"):
-            value = getattr(self, name)
-            if not 2 <= value <= _MAX_NUMBERS:
-                raise ValueError(f"{name} must be in [2, {_MAX_NUMBERS}], got {value}")
+            base.check_range(name, getattr(self, name), 2, _MAX_NUMBERS)
         for name in ("max_value", "ood_max_value"):
-            value = getattr(self, name)
-            if not 1 <= value <= 99:
-                raise ValueError(f"{name} must be in [1, 99] (two-digit numbers), got {value}")
+            base.check_range(name, getattr(self, name), 1, 99, " (two-digit numbers)")
         max_start, max_value, ood_max_value = self.max_start, self.max_value, self.ood_max_value
         if not 1 <= max_start <= max_value:
             raise ValueError(f"max_start must be in [1, max_value={max_value}], got {max_start}")
@@ -75,12 +71,7 @@ class CountdownConfig:
                 f"ood_min_target must be in [0, ood_max_value={ood_max_value}], got {ood_min} "
                 "(None means max_value + 1)"
             )
-        base.check_test_fraction(self.test_fraction)
-        if self.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
-        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("goal_reward", self.goal_reward)
+        base.check_shared_settings(self)
 
 
 @registry.register("countdown")
@@ -302,14 +293,8 @@ class Countdown(base.TextEnv):
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=is_answer,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=won,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=is_answer, valid=valid, success=won
         )
 
     def anchor(self, state: CountdownState) -> jax.Array:

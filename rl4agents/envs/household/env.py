@@ -51,21 +51,11 @@ class HouseholdConfig:
     def __post_init__(self):
         max_objects = len(OBJECT_TYPES) * MAX_INSTANCES
         for name in ("num_objects", "ood_num_objects"):
-            value = getattr(self, name)
-            if not 2 <= value <= max_objects:
-                raise ValueError(f"{name} must be in [2, {max_objects}], got {value}")
+            base.check_range(name, getattr(self, name), 2, max_objects)
         for name in ("num_cabinets", "num_drawers"):
-            value = getattr(self, name)
-            if not 1 <= value <= 3:
-                raise ValueError(f"{name} must be in [1, 3], got {value}")
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
-        base.check_test_fraction(self.test_fraction)
-        if self.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
-        base.check_nonnegative("goal_reward", self.goal_reward)
-        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+            base.check_range(name, getattr(self, name), 1, 3)
+        base.check_range("max_steps", self.max_steps, 1)
+        base.check_shared_settings(self)
 
 
 @registry.register("household")
@@ -288,14 +278,8 @@ class Household(base.TextEnv):
             reward = reward + c.progress_reward * (
                 self.potential(new_state) - self.potential(state)
             )
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=new_state.done,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=success,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=new_state.done, valid=valid, success=success
         )
 
     def anchor(self, state: HouseholdState) -> jax.Array:

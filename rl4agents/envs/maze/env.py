@@ -48,30 +48,16 @@ class MazeConfig:
     compact: bool = False
 
     def __post_init__(self):
-        if self.size < 2:
-            raise ValueError(f"size must be >= 2 (rooms per side), got {self.size}")
-        if self.view_radius < 1:
-            raise ValueError(
-                f"view_radius must be >= 1 (1 = the 3x3 window), got {self.view_radius}"
-            )
-        if self.min_distance < 2:
-            raise ValueError(
-                "min_distance must be >= 2 (start and goal are distinct rooms), got "
-                f"{self.min_distance}"
-            )
+        base.check_range("size", self.size, 2, note=" (rooms per side)")
+        base.check_range("view_radius", self.view_radius, 1, note=" (1 = the 3x3 window)")
+        note = " (start and goal are distinct rooms)"
+        base.check_range("min_distance", self.min_distance, 2, note=note)
         if self.algorithm not in ALGORITHMS:
             raise ValueError(
                 f"algorithm {self.algorithm!r} is not allowed; allowed: {list(ALGORITHMS)}"
             )
-        base.check_test_fraction(self.test_fraction)
-        if self.ood_size < 2:
-            raise ValueError(f"ood_size must be >= 2, got {self.ood_size}")
-        if self.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
-        base.check_nonnegative("goal_reward", self.goal_reward)
-        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
-        base.check_nonnegative("explore_reward", self.explore_reward, " (0 = off)")
+        base.check_range("ood_size", self.ood_size, 2)
+        base.check_shared_settings(self)
 
 
 @registry.register("maze")
@@ -123,26 +109,13 @@ class Maze(base.TextEnv):
         super().__init__(base.settings(MazeConfig, locals()), tokenizer)
         self.side = 2 * size + 1
         self.action_table = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
-        self._frags = text.FragmentTable.build(
-            self.tokenizer,
-            {
-                **_CELLS,
-                # compact: no row breaks and a one-word message, for fast CPU training.
-                "newline": "" if compact else "\n",
-                # Ends every observation: the policy's next token is its action.
-                "end": "\n",
-                "invalid": "invalid" if compact else "invalid action allowed: up down left right\n",
-            },
-        )
-        cell_len = int(self._frags.lengths[: len(_CELLS)].max())
-        newline_len = int(self._frags.lengths[self._frags.id("newline")])
-        end_len = int(self._frags.lengths[self._frags.id("end")])
-        view = 2 * view_radius + 1
         self.num_actions = len(ACTIONS)
         self.max_action_len = int(self.action_table.lengths.max())
-        self.max_prompt_len = view * view * cell_len + (view - 1) * newline_len + end_len
-        invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
-        self.max_obs_len = invalid_len + self.max_prompt_len
+        invalid = "invalid action allowed: up down left right\n"
+        grid = base.grid_text(
+            self.tokenizer, _CELLS, 2 * view_radius + 1, compact=compact, invalid=invalid
+        )
+        self._frags, self.max_prompt_len, self.max_obs_len = grid
 
     def ood_config(self) -> MazeConfig:
         """Mazes of `ood_size` rooms per side."""
@@ -199,10 +172,8 @@ class Maze(base.TextEnv):
             pos=pos, visited=state.visited.at[pos[0], pos[1]].set(True), done=at_goal
         )
 
-        prefix = jnp.where(valid, -1, self._frags.id("invalid"))[None]
-        ids = jnp.concatenate([prefix, self._view_ids(new_state)])
-        obs, obs_len = text.concat_fragments(
-            self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
+        obs, obs_len = base.grid_observation(
+            self._frags, valid, self._view_ids(new_state), self.tokenizer.pad_id, self.max_obs_len
         )
         reward = jnp.where(valid, jnp.where(at_goal, c.goal_reward, 0.0), -c.invalid_penalty)
         if c.progress_reward:
@@ -212,14 +183,8 @@ class Maze(base.TextEnv):
             reward = reward + c.progress_reward * gain
         if c.explore_reward:
             reward = reward + c.explore_reward * first_visit
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=at_goal,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=at_goal,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=at_goal, valid=valid, success=at_goal
         )
 
     def anchor(self, state: MazeState) -> jax.Array:
@@ -247,9 +212,7 @@ class Maze(base.TextEnv):
         cells = cells.at[state.pos[0], state.pos[1]].set(AGENT)
         cells = jnp.pad(cells, r, constant_values=WALL)
         cells = jax.lax.dynamic_slice(cells, (state.pos[0], state.pos[1]), (view, view))
-        newline = jnp.full((view, 1), self._frags.id("newline"))
-        ids = jnp.concatenate([cells, newline], axis=1).ravel().astype(jnp.int32)
-        return ids.at[-1].set(self._frags.id("end"))
+        return base.grid_ids(self._frags, cells)
 
     @property
     def carve_bits(self) -> int:

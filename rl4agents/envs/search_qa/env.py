@@ -44,8 +44,7 @@ class SearchQAConfig:
 
     def __post_init__(self):
         c = self
-        if not 2 <= c.num_entities <= len(NAMES):
-            raise ValueError(f"num_entities must be in [2, {len(NAMES)}], got {c.num_entities}")
+        base.check_range("num_entities", c.num_entities, 2, len(NAMES))
         if not 1 <= c.min_hops <= c.max_hops <= c.num_entities:
             raise ValueError(
                 f"need 1 <= min_hops <= max_hops <= num_entities={c.num_entities} (the chain's "
@@ -55,12 +54,7 @@ class SearchQAConfig:
             raise ValueError(
                 f"ood_hops must be in [1, num_entities={c.num_entities}], got {c.ood_hops}"
             )
-        base.check_test_fraction(c.test_fraction)
-        if c.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {c.num_candidates}")
-        base.check_nonnegative("progress_reward", c.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", c.invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("goal_reward", c.goal_reward)
+        base.check_shared_settings(c)
 
 
 @registry.register("search_qa")
@@ -242,14 +236,8 @@ class SearchQA(base.TextEnv):
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=is_answer,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=correct,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=is_answer, valid=valid, success=correct
         )
 
     def anchor(self, state: SearchQAState) -> jax.Array:

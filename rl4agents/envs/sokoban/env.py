@@ -53,11 +53,8 @@ class SokobanConfig:
 
     def __post_init__(self):
         size, num_boxes = self.size, self.num_boxes
-        if size < 5:
-            raise ValueError(f"size must be >= 5 (a 3x3 interior at least), got {size}")
-        if not 1 <= num_boxes <= size - 2:
-            raise ValueError(f"num_boxes must be in [1, {size - 2}], got {num_boxes}")
-        base.check_test_fraction(self.test_fraction)
+        base.check_range("size", size, 5, note=" (a 3x3 interior at least)")
+        base.check_range("num_boxes", num_boxes, 1, size - 2)
         if self.reverse_steps is not None and self.reverse_steps < 1:
             raise ValueError(
                 f"reverse_steps must be >= 1 (None = the default), got {self.reverse_steps}"
@@ -71,17 +68,10 @@ class SokobanConfig:
                 f"min_box_distance must be >= 1 (0 allows solved rooms; None = 2 * num_boxes), "
                 f"got {self.min_box_distance}"
             )
-        base.check_nonnegative("step_penalty", self.step_penalty, " (it is subtracted)")
-        base.check_nonnegative("box_reward", self.box_reward)
-        base.check_nonnegative("finish_reward", self.finish_reward)
-        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
-        ood_size, ood_num_boxes = self.ood_size, self.ood_num_boxes
-        if ood_size < 5:
-            raise ValueError(f"ood_size must be >= 5 (a 3x3 interior at least), got {ood_size}")
-        if not 1 <= ood_num_boxes <= ood_size - 2:
-            raise ValueError(f"ood_num_boxes must be in [1, {ood_size - 2}], got {ood_num_boxes}")
-        if self.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+        ood_size = self.ood_size
+        base.check_range("ood_size", ood_size, 5, note=" (a 3x3 interior at least)")
+        base.check_range("ood_num_boxes", self.ood_num_boxes, 1, ood_size - 2)
+        base.check_shared_settings(self)
 
 
 @registry.register("sokoban")
@@ -145,27 +135,15 @@ class Sokoban(base.TextEnv):
         self.min_box_distance = 2 * num_boxes if min_box_distance is None else min_box_distance
 
         self.action_table = text.FragmentTable.build(self.tokenizer, {a: a for a in ACTIONS})
-        self._frags = text.FragmentTable.build(
-            self.tokenizer,
-            {
-                **dict(zip(_CELL_NAMES, _CHARS, strict=True)),
-                # compact: the interior only (the border is always wall), no row breaks and
-                # a one-word message, for fast CPU training.
-                "newline": "" if compact else "\n",
-                # Ends every observation: the policy's next token is its action.
-                "end": "\n",
-                "invalid": "invalid" if compact else "invalid action\n",
-            },
-        )
-        cell_len = int(self._frags.lengths[: len(_CHARS)].max())
-        newline_len = int(self._frags.lengths[self._frags.id("newline")])
         self.num_actions = len(ACTIONS)
         self.max_action_len = int(self.action_table.lengths.max())
+        # compact: the interior only (the border is always wall).
         rows = size - 2 if compact else size
-        end_len = int(self._frags.lengths[self._frags.id("end")])
-        self.max_prompt_len = rows * rows * cell_len + (rows - 1) * newline_len + end_len
-        invalid_len = int(self._frags.lengths[self._frags.id("invalid")])
-        self.max_obs_len = invalid_len + self.max_prompt_len
+        cells = dict(zip(_CELL_NAMES, _CHARS, strict=True))
+        grid = base.grid_text(
+            self.tokenizer, cells, rows, compact=compact, invalid="invalid action\n"
+        )
+        self._frags, self.max_prompt_len, self.max_obs_len = grid
 
     def ood_config(self) -> SokobanConfig:
         """Rooms of side `ood_size` with `ood_num_boxes` boxes."""
@@ -234,19 +212,11 @@ class Sokoban(base.TextEnv):
             + jnp.where(solved, c.finish_reward, 0.0)
             - jnp.where(valid, 0.0, c.invalid_penalty)
         )
-        prefix = jnp.where(valid, -1, self._frags.id("invalid"))[None]
-        ids = jnp.concatenate([prefix, self._grid_ids(new_state)])
-        obs, obs_len = text.concat_fragments(
-            self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
+        obs, obs_len = base.grid_observation(
+            self._frags, valid, self._grid_ids(new_state), self.tokenizer.pad_id, self.max_obs_len
         )
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=solved,
-            anchor=room_hash(new_state),
-            valid_action=valid,
-            success=solved,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=solved, valid=valid, success=solved
         )
 
     def anchor(self, state: SokobanState) -> jax.Array:
@@ -258,9 +228,7 @@ class Sokoban(base.TextEnv):
         cells = cell_codes(state)
         if self.config.compact:
             cells = cells[1:-1, 1:-1]
-        newline = jnp.full((cells.shape[0], 1), self._frags.id("newline"), jnp.int32)
-        ids = jnp.concatenate([cells, newline], axis=1).ravel()
-        return ids.at[-1].set(self._frags.id("end"))
+        return base.grid_ids(self._frags, cells)
 
     def render(self, state: SokobanState) -> str:
         """The room as text, one row per line (host side)."""

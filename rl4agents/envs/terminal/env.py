@@ -65,8 +65,7 @@ class TerminalConfig:
             ("min_key_depth", c.min_key_depth, 0, c.depth),
             ("num_candidates", c.num_candidates, 1, 4096),
         ):
-            if not low <= value <= high:
-                raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+            base.check_range(name, value, low, high)
         for name, value in (("dir_prob", c.dir_prob), ("file_prob", c.file_prob)):
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
@@ -75,10 +74,7 @@ class TerminalConfig:
                 f"min_key_depth must be <= ood_depth={c.ood_depth} (the ood trees), "
                 f"got {c.min_key_depth}"
             )
-        base.check_test_fraction(c.test_fraction)
-        base.check_nonnegative("progress_reward", c.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", c.invalid_penalty, " (it is subtracted)")
-        base.check_nonnegative("goal_reward", c.goal_reward)
+        base.check_shared_settings(c)
         need = max(c.width + c.files_per_dir, c.ood_width + c.files_per_dir, c.lines_per_file)
         if c.max_output_lines < need:
             raise ValueError(
@@ -317,14 +313,8 @@ class Terminal(base.TextEnv):
             first_cat = cat_ok & (cat_file == state.target_file) & ~state.catted[cat_file]
             reward = reward + c.progress_reward * (entered.astype(jnp.float32) + first_cat)
         reward = jnp.where(valid, reward, -c.invalid_penalty)
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=submitted,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=correct,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=submitted, valid=valid, success=correct
         )
 
     def anchor(self, state: TerminalState) -> jax.Array:

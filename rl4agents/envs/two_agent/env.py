@@ -51,36 +51,24 @@ class TwoAgentConfig:
 
     def __post_init__(self):
         c = self
-        if c.size < 3:
-            raise ValueError(f"size must be >= 3, got {c.size}")
+        base.check_range("size", c.size, 3)
         if not 0.0 <= c.wall_prob < 1.0:
             raise ValueError(f"wall_prob must be in [0, 1), got {c.wall_prob}")
-        if c.view_radius < 1:
-            raise ValueError(f"view_radius must be >= 1, got {c.view_radius}")
-        if not 1 <= c.min_distance <= 2 * (c.size - 1):
-            raise ValueError(
-                f"min_distance must be in [1, {2 * (c.size - 1)}], got {c.min_distance}"
-            )
+        base.check_range("view_radius", c.view_radius, 1)
+        base.check_range("min_distance", c.min_distance, 1, 2 * (c.size - 1))
         for name, value in (("max_steps", c.max_steps), ("ood_max_steps", c.ood_max_steps)):
             if value < 2 * c.min_distance:
                 raise ValueError(
                     f"{name} must be >= 2 * min_distance = {2 * c.min_distance} (a guide and a "
                     f"walker turn per move), got {value}"
                 )
-        base.check_test_fraction(c.test_fraction)
-        if not c.goal_reward > 0.0:
-            raise ValueError(f"goal_reward must be > 0, got {c.goal_reward}")
-        base.check_nonnegative("progress_reward", c.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", c.invalid_penalty, " (it is subtracted)")
-        if c.ood_size < 3:
-            raise ValueError(f"ood_size must be >= 3, got {c.ood_size}")
+        base.check_shared_settings(c, positive=("goal_reward",))
+        base.check_range("ood_size", c.ood_size, 3)
         if c.min_distance > 2 * (c.ood_size - 1):
             raise ValueError(
                 f"min_distance must be <= 2 * (ood_size - 1) = {2 * (c.ood_size - 1)} (the ood "
                 f"maps), got {c.min_distance}"
             )
-        if c.num_candidates < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {c.num_candidates}")
 
 
 @registry.register("two_agent")
@@ -302,14 +290,8 @@ class TwoAgent(base.TextEnv):
         obs, obs_len = text.concat_fragments(
             self._frags, ids, self.tokenizer.pad_id, self.max_obs_len
         )
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=new_state.done,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=success,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=new_state.done, valid=valid, success=success
         )
 
     def anchor(self, state: TwoAgentState) -> jax.Array:

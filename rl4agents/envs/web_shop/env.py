@@ -65,11 +65,8 @@ class WebShopConfig:
             ("ood_required_attrs", c.ood_required_attrs, 1, len(ATTRIBUTES)),
             ("num_candidates", c.num_candidates, 1, 4096),
         ):
-            if not low <= value <= high:
-                raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
-        base.check_test_fraction(c.test_fraction)
-        base.check_nonnegative("progress_reward", c.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", c.invalid_penalty, " (it is subtracted)")
+            base.check_range(name, value, low, high)
+        base.check_shared_settings(c)
 
 
 @registry.register("web_shop")
@@ -269,13 +266,13 @@ class WebShop(base.TextEnv):
             first_choice = chose & ~state.chose_option
             reward = reward + c.progress_reward * (first_visit.astype(jnp.float32) + first_choice)
         reward = jnp.where(valid, reward, -c.invalid_penalty)
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
+        return self.end_turn(
+            new_state,
+            obs,
+            obs_len,
+            reward,
             done=bought,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
+            valid=valid,
             success=bought & (score == 1.0),
         )
 

@@ -47,15 +47,9 @@ class WordleConfig:
     ood_max_guesses: int = 4
 
     def __post_init__(self):
-        if self.max_guesses < 3:
-            raise ValueError(f"max_guesses must be >= 3, got {self.max_guesses}")
-        if self.ood_max_guesses < 3:
-            raise ValueError(f"ood_max_guesses must be >= 3, got {self.ood_max_guesses}")
-        base.check_test_fraction(self.test_fraction)
-        base.check_nonnegative("goal_reward", self.goal_reward)
-        base.check_nonnegative("turns_left_bonus", self.turns_left_bonus, " (0 = off)")
-        base.check_nonnegative("progress_reward", self.progress_reward, " (0 = off)")
-        base.check_nonnegative("invalid_penalty", self.invalid_penalty, " (it is subtracted)")
+        base.check_range("max_guesses", self.max_guesses, 3)
+        base.check_range("ood_max_guesses", self.ood_max_guesses, 3)
+        base.check_shared_settings(self)
         is_test = heldout_mask(WORDS, int(round(self.test_fraction * 1000)))
         if is_test.all() or not is_test.any():
             raise ValueError(
@@ -232,14 +226,8 @@ class Wordle(base.TextEnv):
             + jnp.where(solved, bonus, 0.0)
             + c.progress_reward * new_greens.sum()
         )
-        return new_state, TimeStep(
-            obs_tokens=obs,
-            obs_len=obs_len,
-            reward=reward.astype(jnp.float32),
-            done=done,
-            anchor=self.anchor(new_state),
-            valid_action=valid,
-            success=solved,
+        return self.end_turn(
+            new_state, obs, obs_len, reward, done=done, valid=valid, success=solved
         )
 
     def anchor(self, state: WordleState) -> jax.Array:
