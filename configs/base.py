@@ -191,6 +191,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # group (context="full"; the loss's pass only with one minibatch and no microbatches);
     # the same numbers, less work.
     c.train.share_prompt = True
+    # Under a branching rollout (rollout.branch, context="full"), share_prompt's passes also
+    # compute each branch's prefix (the slots before its fork slot's turn) once, in its
+    # root's pass: exact, fewer FLOPs, one pass per fork slot in the compiled program (a
+    # longer compile), so off by default.
+    c.train.share_fork_prefix = False
     c.train.max_minutes = 0.0  # stop after this much wall time (0 = no limit)
     c.train.eval_every = 25
     c.train.eval_tasks = 256

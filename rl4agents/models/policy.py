@@ -155,6 +155,20 @@ class Features(NamedTuple):
     cache: tuple[LayerCache, ...] | None
 
 
+class ForkPrefix(NamedTuple):
+    """Static plan of a branching batch whose branch rows share a prefix with their root.
+
+    Rows: `roots` roots first, then roots x M x `branches` branch rows in (root, fork slot,
+    branch) order, M = len(prefix). The first `prefix[m]` slots of a branch row of fork slot m
+    hold its root's tokens and validity (or, for a slot its root never forked at, only the
+    prompt's tokens are valid there and they equal the root's).
+    """
+
+    roots: int  # B
+    branches: int  # N
+    prefix: tuple[int, ...]  # [M] slots each fork slot's rows share with their root
+
+
 def _dtype(name: str):
     return jnp.bfloat16 if name == "bfloat16" else jnp.float32
 
@@ -466,6 +480,7 @@ class Decoder(nnx.Module):
         prefix=0,
         group=1,
         shard=None,
+        forks: ForkPrefix | None = None,
     ):
         """Hidden states [B, S, D], or [B, R, D] at `rows` (int32[B, R]): the last layer then
         computes its queries, attention output and MLP at those slots only.
@@ -481,7 +496,17 @@ class Decoder(nnx.Module):
         per group, and the other slots attend the group's keys and values (gradients flow back
         to the shared pass). Equal to the pass without sharing when the first `prefix` slots
         (tokens and mask rows) are equal within each group.
+
+        `forks` (no cache): a branching batch (`ForkPrefix`); each branch row takes its root's
+        keys and values of the slots it shares (see `_forked_prefix`).
         """
+        if forks is not None:
+            if cache is not None or prefix:
+                raise ValueError(
+                    f"forks={forks} with a cache or prefix={prefix}; allowed: the cache-free "
+                    "pass without a shared prompt"
+                )
+            return self._forked_prefix(tokens, positions, mask, rows, forks, shard)
         if prefix:
             if cache is not None:
                 raise ValueError("a shared prefix is for the cache-free pass only")
@@ -542,6 +567,75 @@ class Decoder(nnx.Module):
             hidden = jnp.where((rows < prefix)[..., None], at_p, x_r)
         return self.final_norm(hidden), None
 
+    def _forked_prefix(self, tokens, positions, mask, rows, forks: ForkPrefix, shard=None):
+        """The pass over a branching batch, computing each root's shared prefix once.
+
+        The B roots run the whole pass and keep every layer's keys and values. The B x N rows
+        of fork slot m then compute slots [p_m, S) only (p_m = `forks.prefix[m]`), attending
+        their root's keys and values of slots [0, p_m) as `_shared_prefix`'s rows attend their
+        group's; their hidden states at slots < p_m are the root's. By causality the hidden
+        state of slot s reads slots <= s only, so this equals the unshared pass (up to float
+        summation order) at every slot whose row agrees with its root on slots <= s (tokens
+        and validity), which holds at every valid slot of a row `ForkPrefix` describes.
+        Gradients of the shared slots flow back to the roots' pass.
+
+        Cost: the roots' S slots plus S - p_m slots per branch row of slot m, in place of S per
+        row; the roots' last layer runs at every slot even with `rows` (branch rows read its
+        hidden states at their shared slots).
+
+        Args: as `__call__`, with tokens, positions int32[B (1 + M N), S] and mask
+        bool[B (1 + M N), S, S] in `forks`' row order. Returns (hidden [B (1 + M N), S, D],
+        or R in place of S given `rows`, None).
+        """
+        b_all, t = tokens.shape
+        b, n, pre = forks.roots, forks.branches, forks.prefix
+        m_slots = len(pre)
+        if b_all != b * (1 + m_slots * n) or not all(0 < p < t for p in pre):
+            raise ValueError(
+                f"forks={forks} does not fit {b_all} rows of {t} slots; allowed: roots x "
+                f"(1 + len(prefix) x branches) rows and every prefix in (0, {t})"
+            )
+        pin = shard or (lambda x: x)
+        last = len(self.layers) - 1
+        x = pin(self._embed(tokens[:b]))
+        root_kv = []
+        for layer in self.layers:  # the roots' last layer runs at every slot: branches read it
+            x, kv = self._layer(layer, x, positions[:b], mask[:b], None, 0, None)
+            x = pin(x)
+            root_kv.append(kv)
+
+        def fork_rows(a, m):  # the B x N rows of fork slot m, in (root, branch) order
+            a = a[b:].reshape(b, m_slots, n, *a.shape[1:])[:, m]
+            return a.reshape(b * n, *a.shape[2:])
+
+        def per_branch(a):  # [B, ...] -> [B x N, ...], each root's value on its N rows
+            return jnp.repeat(a, n, axis=0)
+
+        hidden = []
+        for m, p in enumerate(pre):
+            x_r = pin(self._embed(fork_rows(tokens, m)[:, p:]))
+            pos_r, mask_r = fork_rows(positions, m)[:, p:], fork_rows(mask, m)[:, p:]
+            rows_m = None if rows is None else fork_rows(rows, m)
+            rows_r = None if rows is None else jnp.maximum(rows_m - p, 0)
+            for i, layer in enumerate(self.layers):
+                kv = LayerCache(
+                    per_branch(root_kv[i].k[..., :p]), per_branch(root_kv[i].v[:, :, :p])
+                )
+                x_r, _ = self._layer(
+                    layer, x_r, pos_r, mask_r, None, 0, rows_r if i == last else None, kv
+                )
+                x_r = pin(x_r)
+            h_p = per_branch(x[:, :p])
+            if rows is None:
+                h = jnp.concatenate([h_p, x_r], axis=1)
+            else:
+                at_p = jnp.take_along_axis(h_p, jnp.minimum(rows_m, p - 1)[..., None], axis=1)
+                h = jnp.where((rows_m < p)[..., None], at_p, x_r)
+            hidden.append(h.reshape(b, n, *h.shape[1:]))
+        branches = jnp.stack(hidden, axis=1).reshape(b * m_slots * n, *hidden[0].shape[2:])
+        roots = x if rows is None else jnp.take_along_axis(x, rows[:b][..., None], axis=1)
+        return self.final_norm(jnp.concatenate([roots, branches], axis=0)), None
+
 
 class Policy(nnx.Module):
     """Decoder LM with an optional value head (`shared` trunk or `separate` critic)."""
@@ -592,6 +686,7 @@ class Policy(nnx.Module):
         prefix: int = 0,
         group: int = 1,
         shard: Callable[[jax.Array], jax.Array] | None = None,
+        forks: ForkPrefix | None = None,
     ) -> Output:
         """Forward pass.
 
@@ -614,13 +709,26 @@ class Policy(nnx.Module):
             are computed once per run (see `Decoder`). 0 = no sharing.
           shard: optional constraint on the [B, S, D] hidden states at every layer boundary
             (see `Decoder`); trainers pass their batch sharding. Values are unchanged.
+          forks: optional static `ForkPrefix`: without a cache, a branching batch whose
+            branch rows take their root's keys and values of the slots they share (see
+            `Decoder`). None = every row computes every slot.
 
         Returns:
           Output(logits f32[B, S, V], values f32[B, S] or None, updated cache or None), with
           R in place of S given `rows`.
         """
         hidden, values, cache = self.features(
-            tokens, positions, mask, cache, write_index, with_values, rows, prefix, group, shard
+            tokens,
+            positions,
+            mask,
+            cache,
+            write_index,
+            with_values,
+            rows,
+            prefix,
+            group,
+            shard,
+            forks,
         )
         return Output(self.logits(hidden), values, cache)
 
@@ -636,18 +744,26 @@ class Policy(nnx.Module):
         prefix: int = 0,
         group: int = 1,
         shard: Callable[[jax.Array], jax.Array] | None = None,
+        forks: ForkPrefix | None = None,
     ) -> Features:
         """The forward pass up to the LM head (arguments as `__call__`): hidden states
         [B, S, D] (R in place of S given `rows`) for `logits` or `log_probs`, values, cache."""
         hidden, cache = self.model(
-            tokens, positions, mask, cache, write_index, rows, prefix, group, shard
+            tokens, positions, mask, cache, write_index, rows, prefix, group, shard, forks
         )
         values = None
         if with_values and self.cfg.value_head == "shared":
             values = self.value_proj(hidden).astype(jnp.float32)[..., 0]
         elif with_values and self.cfg.value_head == "separate":
             critic_hidden, _ = self.critic(
-                tokens, positions, mask, rows=rows, prefix=prefix, group=group, shard=shard
+                tokens,
+                positions,
+                mask,
+                rows=rows,
+                prefix=prefix,
+                group=group,
+                shard=shard,
+                forks=forks,
             )
             values = self.value_proj(critic_hidden).astype(jnp.float32)[..., 0]
         return Features(hidden, values, cache)

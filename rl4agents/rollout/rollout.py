@@ -615,6 +615,7 @@ def score(
     prefix: int = 0,
     group: int = 1,
     shard=None,
+    forks: policy_lib.ForkPrefix | None = None,
 ) -> Scores:
     """Teacher-forced pass over final trajectories in the slot layout.
 
@@ -636,6 +637,11 @@ def score(
         order) when the prefixes are equal; wrong otherwise, so only for rows in group order.
       shard: optional constraint on the model's [B, S, D] hidden states (`Policy(...,
         shard=)`), e.g. the trainer's batch sharding; values are unchanged.
+      forks: static `policy.ForkPrefix` of a branching batch (roots, then their branch rows):
+        each branch row takes its root's keys, values and hidden states of the slots it shares
+        with the root and computes the others (`policy.Decoder`); None = no sharing. Equal to
+        the unshared pass (up to float summation order) on rows `branch.branch_rollout` makes;
+        not with `prefix`.
 
     Returns:
       Scores: per-slot log-prob of the slot's token, entropy of its predicting distribution and
@@ -662,6 +668,7 @@ def score(
             prefix=prefix,
             group=group,
             shard=shard,
+            forks=forks,
         )
         # the token each predicting slot predicts: its next valid slot's (as the full pass)
         target = jnp.take_along_axis(
@@ -680,7 +687,14 @@ def score(
         values = None if out.values is None else put(out.values)
         return Scores(put(logp), put(ent), values)
     out = model.features(
-        tokens, positions, mask, with_values=with_values, prefix=prefix, group=group, shard=shard
+        tokens,
+        positions,
+        mask,
+        with_values=with_values,
+        prefix=prefix,
+        group=group,
+        shard=shard,
+        forks=forks,
     )
     target = jnp.take_along_axis(tokens, jnp.minimum(nxt, t - 1), axis=1)
     logp_src, ent_src = model.log_probs(out.hidden, target, temperature)  # [B, T] each
@@ -708,6 +722,7 @@ def score_params(
     *,
     role_params: int = 0,
     turn_ids: jax.Array | None = None,
+    forks: policy_lib.ForkPrefix | None = None,
 ) -> Scores:
     """`score` of the policy with state `params` (merged with `graphdef`), one set or R.
 
@@ -719,7 +734,8 @@ def score_params(
 
     Args:
       graphdef, params: the policy (params: one set, or R stacked).
-      tokens, valid_mask, temperature, with_values, slots, prefix, group, shard: as `score`.
+      tokens, valid_mask, temperature, with_values, slots, prefix, group, shard, forks: as
+        `score`.
       role_params: R (0 or 1: one set).
       turn_ids: int32[B, T] each slot's turn index, -1 for prompt and padding; needed with
         R >= 2.
@@ -730,7 +746,7 @@ def score_params(
     if not roles.active(role_params):
         model = nnx.merge(graphdef, params)
         return score(
-            model, tokens, valid_mask, temperature, with_values, slots, prefix, group, shard
+            model, tokens, valid_mask, temperature, with_values, slots, prefix, group, shard, forks
         )
     if with_values or turn_ids is None:
         raise ValueError(
@@ -751,6 +767,7 @@ def score_params(
             prefix,
             group,
             shard,
+            forks,
         )
         return sc.logp, sc.entropy
 

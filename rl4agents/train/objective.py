@@ -67,6 +67,7 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
     """
     lc = cfg.loss
     prefix, group = views.shared_prefix(cfg, full_batch=False)
+    forks = views.fork_prefix(cfg, full_batch=False)
     sc = rollout_lib.score_params(
         cfg.graphdef,
         params,
@@ -80,6 +81,7 @@ def loss_fn(params, batch: Batch, cfg: StepConfig) -> tuple[jax.Array, dict[str,
         shard=sharding.batch_constraint(cfg.mesh),
         role_params=cfg.rollout.role_params,
         turn_ids=batch.turn_ids,
+        forks=forks,
     )
     mask = batch.action_mask
     extra = {"segment_ids": batch.turn_ids} if lc.policy_takes_segments else {}
@@ -173,6 +175,7 @@ def prepare_batch(
     values_old = logp_ref = logp_learner = None
     kl_metrics = {}
     prefix, group = views.shared_prefix(cfg, full_batch=True) if rows is None else (0, 1)
+    forks = views.fork_prefix(cfg, full_batch=True) if rows is None else None
     pin = sharding.batch_constraint(cfg.mesh)
     corrects = lc.tis_cap > 0 or lc.mismatch_fn is not None  # needs the learner's log-probs
     if cfg.needs_values or corrects:
@@ -188,6 +191,7 @@ def prepare_batch(
             shard=pin,
             role_params=cfg.rollout.role_params,
             turn_ids=view.turn_ids,
+            forks=forks,
         )
         values_old = sc.values
         logp_learner = sc.logp
@@ -205,6 +209,7 @@ def prepare_batch(
             shard=pin,
             role_params=cfg.rollout.role_params,
             turn_ids=view.turn_ids,
+            forks=forks,
         ).logp
         if lc.kl_in_reward:
             # r_t -= beta * KL(old, ref) on action tokens (docs/methods.md, KL in the loss vs
@@ -224,7 +229,7 @@ def prepare_batch(
             }
     if credit_token.bootstraps_truncated(cfg.credit_fn):  # needs the value after a row's end
         model = nnx.merge(cfg.graphdef, state.params)
-        out = views.tail_credit(model, traj, cfg, rows is not None, prefix, group, pin)
+        out = views.tail_credit(model, traj, cfg, rows is not None, prefix, group, pin, forks)
     else:
         out = cfg.credit_fn(traj, None if values_old is None else view.to_slots(values_old))
     zeros = jnp.zeros(tokens.shape, jnp.float32)

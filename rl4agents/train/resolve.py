@@ -525,6 +525,7 @@ def step_config(
     collapse_metrics: bool = False,
     mi_proxy: bool = False,
     branch: branch_lib.BranchConfig | None = None,
+    share_fork_prefix: bool = False,
 ) -> step_lib.StepConfig:
     """The train step's `StepConfig`: the one place it is built (`resolve` passes a config's
     values; benchmarks and host-environment code pass their own).
@@ -546,10 +547,13 @@ def step_config(
         and its hyperparameters.
       collapse_metrics: log the reward spread (`step.reward_spread`).
       mi_proxy: log the prompt-swap mutual-information proxy (`step.prompt_mi_gap`).
-      branch: sample with a branching rollout (`rollout.branch`), or None. The teacher-forced
-        passes then share no prompt (`shared_prompt` is set to 0), and a credit function
+      branch: sample with a branching rollout (`rollout.branch`), or None. A credit function
         with the hyperparameter train_on="roots" (vineppo) leaves the branches out of the
         loss (`StepConfig.train_roots_only`).
+      share_fork_prefix: with `branch` and `shared_prompt` > 0, the update's teacher-forced
+        passes compute each branch row's shared prefix once, in its root's pass
+        (`views.fork_prefix`); else under `branch` they share nothing (`shared_prompt` is
+        set to 0).
 
     Raises:
       ValueError: a variant that does not fit the model, the rollout or the batch split, or
@@ -597,7 +601,7 @@ def step_config(
         grad_accum=grad_accum,
         shaping=shaping or step_lib.ShapingConfig(),
         sampling=sampling or step_lib.SamplingConfig(),
-        shared_prompt=shared_prompt if branch is None else 0,
+        shared_prompt=shared_prompt if branch is None or share_fork_prefix else 0,
         collapse_metrics=collapse_metrics,
         mi_proxy=mi_proxy,
         branch=branch,
@@ -787,6 +791,7 @@ def resolve(config: ml_collections.ConfigDict, mesh=None, *, check_only: bool = 
         collapse_metrics=c.log.collapse_metrics,
         mi_proxy=c.log.mi_proxy,
         branch=branch,
+        share_fork_prefix=c.train.share_fork_prefix,
     )
     step_cfg = dataclasses.replace(step_cfg, staleness=staleness)
     return dataclasses.replace(run, mesh=mesh, step_cfg=step_cfg)

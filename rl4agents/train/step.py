@@ -108,7 +108,9 @@ class StepConfig:
     # Prompt slots the G samples of a task share, computed once per group by the update's
     # teacher-forced passes (0 = off); see `views.shared_prefix`. Only for episodes in group order
     # whose first `shared_prompt` slots (tokens and validity) are equal within each group, as
-    # `rollout` makes them; the passes read each group's first row there.
+    # `rollout` makes them; the passes read each group's first row there. Under `branch`
+    # (with `train.share_fork_prefix`) the branch rows instead share their root's prefix
+    # (`views.fork_prefix`).
     shared_prompt: int = 0
     # Log `reward_std` and `reward_group_std` (`reward_spread`). Off by default: any op added
     # to the step's program can change how XLA compiles the update, and with it the last bits

@@ -3,7 +3,8 @@
 Credit is assigned on the episodes (full-history slots, `Trajectory`); the update trains on
 `View` rows: the episodes cut to `train_length` slots (context="full", `full_view`) or the
 step rows the policy saw (context="window", `window_view`). Also here: which rows share their
-prompt in the teacher-forced passes (`shared_prefix`), and the credit of estimators that
+prompt in the teacher-forced passes (`shared_prefix`), which prefix a branch row shares with
+its root (`fork_prefix`), and the credit of estimators that
 bootstrap truncated rows (`tail_credit`).
 """
 
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4agents.credit import token as credit_token
+from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.types import Trajectory
 
@@ -35,6 +37,41 @@ def shared_prefix(cfg: StepConfig, full_batch: bool) -> tuple[int, int]:
     if cfg.shared_prompt and g > 1 and cfg.rollout.context == "full" and whole and plain:
         return cfg.shared_prompt, g
     return 0, 1
+
+
+def fork_prefix(cfg: StepConfig, full_batch: bool) -> policy_lib.ForkPrefix | None:
+    """The branching plan for `rollout.score` on the update's rows (`policy.ForkPrefix`), or None.
+
+    Under `cfg.branch`, `cfg.shared_prompt` > 0 and context="full", with the rows the whole
+    batch in rollout order (as `shared_prefix`), each branch row shares with its root the slots
+    before the earliest turn its fork slot can fork at, a static turn k_m: the slots
+    [0, P + k_m (A + O)) (the prompt and k_m turn blocks). k_m is the slot's fixed turn for
+    rules "every" (turn m) and "turns" (`turns[m]`); the fork turns of rules "entropy" and
+    "arpo" are drawn in the rollout, so their rows share the turns no fork can precede: the
+    prompt ("entropy", k = 0) or the prompt and turn 0 ("arpo" forks at turns >= 1), and
+    compute the rest as their own (one fork slot of M x N branches in the plan, as when M = 1).
+    A fork slot that the rule leaves unused holds the prompt
+    only, which its root's prefix starts with (the pass is exact on every valid slot).
+    Otherwise None: every row computes every slot (under context="window" too, where a branch's
+    step rows before its fork are whole copies of its root's).
+    """
+    bc = cfg.branch
+    whole = full_batch or (cfg.minibatches == 1 and cfg.grad_accum == 1)
+    if bc is None or not cfg.shared_prompt or cfg.rollout.context != "full" or not whole:
+        return None
+    lay = cfg.layout
+    if bc.rule == "every":
+        turns = tuple(range(lay.turns))
+    elif bc.rule == "turns":
+        turns = tuple(bc.turns)
+    else:
+        turns = (1 if bc.rule == "arpo" else 0,) * bc.max_forks
+    prefix = tuple(lay.prompt + k * (lay.action + lay.obs) for k in turns)
+    if len(set(prefix)) == 1:  # one pass over a root's M x N contiguous branch rows
+        return policy_lib.ForkPrefix(
+            cfg.rollout.batch_size, len(prefix) * bc.num_branches, prefix[:1]
+        )
+    return policy_lib.ForkPrefix(cfg.rollout.batch_size, bc.num_branches, prefix)
 
 
 def train_length(cfg: StepConfig) -> int:
@@ -108,7 +145,9 @@ def window_view(rows: rollout_lib.StepRows, cfg: StepConfig) -> View:
     )
 
 
-def tail_credit(model, traj: Trajectory, cfg: StepConfig, window: bool, prefix, group, shard):
+def tail_credit(
+    model, traj: Trajectory, cfg: StepConfig, window: bool, prefix, group, shard, forks=None
+):
     """Credit for an estimator that bootstraps truncated rows (`bootstrap_truncated=True`).
 
     Its values come from one more teacher-forced pass, over the whole trajectory plus one
@@ -130,6 +169,7 @@ def tail_credit(model, traj: Trajectory, cfg: StepConfig, window: bool, prefix, 
         prefix=prefix,
         group=group,
         shard=shard,
+        forks=forks,
     ).values
     out = cfg.credit_fn(padded, values)
     t = traj.tokens.shape[1]

@@ -27,6 +27,7 @@ from rl4agents.train import objective as objective_lib
 from rl4agents.train import resolve as resolve_lib
 from rl4agents.train import sampling as sampling_lib
 from rl4agents.train import step as step_lib
+from rl4agents.train import views as views_lib
 from rl4agents.types import Trajectory
 from tests.train.test_step_options import build, one_device_mesh, tiny_config
 
@@ -106,6 +107,17 @@ def _probe(state, key_root, cfg: step_lib.StepConfig):
     batch, _ = objective_lib.prepare_batch(state, tree, cfg, rows)
     _, loss_metrics = objective_lib.loss_fn(state.params, batch, cfg)
     return tree, batch, loss_metrics["loss"]
+
+
+def test_config__share_fork_prefix_reaches_the_step():
+    """`train.share_fork_prefix` keeps the prompt sharing under branching, which the update's
+    passes then use to read each branch's prefix from its root (`views.fork_prefix`, whose
+    exactness `tests/train/test_branch_prefix_scoring.py` checks); off, they share nothing."""
+    on = build(**{"credit.name": "tree_grpo", **EVERY, "train.share_fork_prefix": True})
+    assert on.step_cfg.shared_prompt == on.step_cfg.layout.prompt > 0
+    assert views_lib.fork_prefix(on.step_cfg, full_batch=True) is not None
+    off = _branch_exp("tree_grpo").step_cfg
+    assert off.shared_prompt == 0 and views_lib.fork_prefix(off, full_batch=True) is None
 
 
 @pytest.mark.parametrize("name", ["vineppo", "tree_grpo"])
