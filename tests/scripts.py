@@ -21,3 +21,22 @@ def load_script(name: str) -> types.ModuleType:
     finally:
         sys.path.remove(str(SCRIPTS))
     return module
+
+
+# A tiny FrozenLake run of `scripts/train.py` (one layer, minimal vocabulary, 8 tasks, no
+# progress bar) for tests that drive the command line end to end.
+TINY_TRAIN_FLAGS = (
+    "--config=configs/frozen_lake.py",
+    "--config.env.vocab=minimal",
+    "--config.rollout.num_tasks=8",
+    "--config.model.num_layers=1",
+    "--config.train.max_minutes=0",
+    "--config.train.eval_tasks=8",
+    "--config.log.progress=False",
+)
+
+
+def train_argv(workdir, *flags: str) -> list[str]:
+    """The argv of `scripts/train.py` on the tiny run in `workdir`; later `flags` override
+    earlier ones (absl keeps the last value of a flag)."""
+    return [sys.executable, "scripts/train.py", f"--workdir={workdir}", *TINY_TRAIN_FLAGS, *flags]

@@ -16,7 +16,6 @@ import inspect
 import json
 import os
 import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +28,7 @@ from rl4agents.envs import frozen_lake
 from rl4agents.train import loop
 from rl4agents.train import state as state_lib
 from rl4agents.train import step as step_lib
+from tests import scripts
 from tests.train.test_step_options import base_exp, base_state, rollout_fn, step_rollout_key
 from tests.train.test_train import loop_config
 
@@ -134,24 +134,15 @@ def test_all_finite_and_keep_if():
 
 def _train_cli(workdir, *flags):
     return subprocess.run(
-        [
-            sys.executable,
-            "scripts/train.py",
-            "--config=configs/frozen_lake.py",
-            f"--workdir={workdir}",
-            "--config.env.vocab=minimal",
-            "--config.rollout.num_tasks=8",
+        scripts.train_argv(
+            workdir,
             "--config.rollout.group_size=2",
-            "--config.model.num_layers=1",
             "--config.train.num_steps=12",
-            "--config.train.max_minutes=0",
             "--config.train.eval_every=100",
-            "--config.train.eval_tasks=8",
             "--config.checkpoint.every=1",
             "--config.checkpoint.max_to_keep=2",
-            "--config.log.progress=False",
             *flags,
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=900,

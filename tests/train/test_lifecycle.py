@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ import pytest
 
 from rl4agents import checkpoint, provenance
 from rl4agents.train import experiment, loop, writers
+from tests import scripts
 from tests.train.test_train import loop_config
 
 # Every run here trains `loop_config()` (tests/train/test_train.py): its programs are built
@@ -164,21 +164,9 @@ def test_budget_end__extrapolates_the_pace_since_the_first_step():
 
 def _train_cli(workdir, *flags):
     return subprocess.Popen(
-        [
-            sys.executable,
-            "scripts/train.py",
-            "--config=configs/frozen_lake.py",
-            f"--workdir={workdir}",
-            "--config.env.vocab=minimal",
-            "--config.rollout.num_tasks=8",
-            "--config.model.num_layers=1",
-            "--config.train.num_steps=1000",
-            "--config.train.max_minutes=0",
-            "--config.train.eval_every=1000",
-            "--config.train.eval_tasks=8",
-            "--config.log.progress=False",
-            *flags,
-        ],
+        scripts.train_argv(
+            workdir, "--config.train.num_steps=1000", "--config.train.eval_every=1000", *flags
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
