@@ -71,10 +71,16 @@ def env_sweep(
     )
 
 
+def envs_from(var: str, allowed) -> list[str]:
+    """The environments the variable `var` names (comma-separated, in that order), default
+    all of `allowed`; raises naming any that is not allowed."""
+    envs = [e for e in os.environ.get(var, ",".join(allowed)).split(",") if e]
+    unknown = sorted(set(envs) - set(allowed))
+    if unknown:
+        raise ValueError(f"{var} names {unknown}; allowed: {list(allowed)}")
+    return envs
+
+
 def get_sweep():
     # LEARNING_ENVS=frozen_lake,maze: a subset, in that order (the plan lists only those).
-    envs = [e for e in os.environ.get("LEARNING_ENVS", ",".join(STEPS)).split(",") if e]
-    unknown = sorted(set(envs) - set(STEPS))
-    if unknown:
-        raise ValueError(f"LEARNING_ENVS names {unknown}; allowed: {list(STEPS)}")
-    return [p for env in envs for p in env_sweep(env, STEPS[env])]
+    return [p for env in envs_from("LEARNING_ENVS", STEPS) for p in env_sweep(env, STEPS[env])]

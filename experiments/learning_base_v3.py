@@ -50,20 +50,10 @@ EVAL_EVERY = {"two_agent": 6, "web_shop": 6, "terminal": 10, "household": 4}
 
 
 def get_sweep():
-    envs = [e for e in os.environ.get("V3_ENVS", ",".join(_learning.STEPS)).split(",") if e]
-    unknown = sorted(set(envs) - set(_learning.STEPS))
-    if unknown:
-        raise ValueError(f"V3_ENVS names {unknown}; allowed: {list(_learning.STEPS)}")
     return [
         p
-        for env in envs
-        for p in _learning.env_sweep(
-            env,
-            _learning.STEPS[env],
-            minutes=_full.MINUTES,
-            seeds=SEEDS,
-            eval_tasks=_full.EVAL_TASKS,
-            eval_every=EVAL_EVERY.get(env, 15),
-            overrides=OVERRIDES.get(env, {}),
+        for env in _learning.envs_from("V3_ENVS", _learning.STEPS)
+        for p in _full.env_sweep(
+            env, OVERRIDES.get(env, {}), seeds=SEEDS, eval_every=EVAL_EVERY.get(env)
         )
     ]

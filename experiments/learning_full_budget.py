@@ -48,21 +48,22 @@ OVERRIDES = {
 }
 
 
-def env_sweep(env: str) -> list[sweep.Point]:
+def env_sweep(
+    env: str, overrides: dict | None = None, seeds: int = SEEDS, eval_every: int | None = None
+) -> list[sweep.Point]:
+    """The runs of `env` at this study's budget and in-run evaluation; `overrides` (default:
+    OVERRIDES), `seeds` and `eval_every` (default: EVAL_EVERY, else 15) for the studies that
+    reuse it with other settings."""
     return _learning.env_sweep(
         env,
         _learning.STEPS[env],
         minutes=MINUTES,
-        seeds=SEEDS,
+        seeds=seeds,
         eval_tasks=EVAL_TASKS,
-        eval_every=EVAL_EVERY[env],
-        overrides=OVERRIDES.get(env, {}),
+        eval_every=eval_every or EVAL_EVERY.get(env, 15),
+        overrides=OVERRIDES.get(env, {}) if overrides is None else overrides,
     )
 
 
 def get_sweep():
-    envs = [e for e in os.environ.get("FULL_BUDGET_ENVS", ",".join(ENVS)).split(",") if e]
-    unknown = sorted(set(envs) - set(ENVS))
-    if unknown:
-        raise ValueError(f"FULL_BUDGET_ENVS names {unknown}; allowed: {list(ENVS)}")
-    return [p for env in envs for p in env_sweep(env)]
+    return [p for env in _learning.envs_from("FULL_BUDGET_ENVS", ENVS) for p in env_sweep(env)]

@@ -48,20 +48,8 @@ SHAPING = {env: _shaped(env) for env in ("search_qa", "wordle", "terminal", "web
 
 
 def get_sweep():
-    envs = [e for e in os.environ.get("SHAPED_ENVS", ",".join(SHAPING)).split(",") if e]
-    unknown = sorted(set(envs) - set(SHAPING))
-    if unknown:
-        raise ValueError(f"SHAPED_ENVS names {unknown}; allowed: {list(SHAPING)}")
     return [
         p
-        for env in envs
-        for p in _learning.env_sweep(
-            env,
-            _learning.STEPS[env],
-            minutes=_full.MINUTES,
-            seeds=SEEDS,
-            eval_tasks=_full.EVAL_TASKS,
-            eval_every=_full.EVAL_EVERY.get(env, 15),
-            overrides=SHAPING[env],
-        )
+        for env in _learning.envs_from("SHAPED_ENVS", SHAPING)
+        for p in _full.env_sweep(env, SHAPING[env], seeds=SEEDS)
     ]
