@@ -400,5 +400,10 @@ def config_diff(a: Mapping, b: Mapping, ignore: Iterable[str] = ()) -> list[str]
     return out
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two config values are equal as `config_diff` compares them (tuples equal lists)."""
+    return _plain(a) == _plain(b)
+
+
 def _plain(value: Any) -> Any:
     return [_plain(v) for v in value] if isinstance(value, tuple | list) else value

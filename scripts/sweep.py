@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ml_collections  # noqa: E402
 import tqdm  # noqa: E402
 
+from configs import base as base_config  # noqa: E402
 from rl4agents import config_utils, provenance, results  # noqa: E402
 from rl4agents import sweep as sweep_lib  # noqa: E402
 
@@ -136,7 +137,13 @@ def plan(study: sweep_lib.Study, out: str, train_script: str) -> list[Job]:
 
 
 def changed_configs(jobs: list[Job]) -> list[str]:
-    """Runs whose stored config.json differs from the study's config now."""
+    """Runs whose stored config.json differs from the study's config now.
+
+    A key the stored config lacks is no difference when the study gives it the base config's
+    default (`configs/base.py`): a key added to the project after the run started defaults to
+    the behaviour the run had.
+    """
+    defaults = sweep_lib.flatten(base_config.get_config().to_dict())
     errors = []
     for job in jobs:
         path = os.path.join(job.workdir, results.CONFIG_NAME)
@@ -144,7 +151,14 @@ def changed_configs(jobs: list[Job]) -> list[str]:
             continue
         with open(path) as f:
             stored = json.load(f)
-        diff = sweep_lib.config_diff(stored, json.loads(sweep_lib.config_json(job.config)))
+        now = json.loads(sweep_lib.config_json(job.config))
+        kept = sweep_lib.flatten(stored)
+        added = [
+            k
+            for k, v in sweep_lib.flatten(now).items()
+            if k not in kept and k in defaults and sweep_lib.same_value(v, defaults[k])
+        ]
+        diff = sweep_lib.config_diff(stored, now, ignore=added)
         if diff:
             errors.append(f"{job.run.name}: {'; '.join(diff[:5])}")
     return errors

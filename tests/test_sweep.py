@@ -413,6 +413,32 @@ def test_runner__dry_run_only_and_changed_config(fake, tmp_path, capsys):
     assert "started with a different config" in err and "train.num_steps: 2 -> 3" in err
 
 
+def test_runner__a_key_added_after_a_run_started_is_no_change_at_its_default(
+    fake, monkeypatch, capsys
+):
+    """A stored config without a key the project gained later (a run saved before it existed)
+    matches a study that leaves the key at the base default, and not one that sets it."""
+    runner = _script("sweep")
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "{}")
+    assert runner.main(fake["args"]) == 0
+    for path in fake["out"].glob("*/config.json"):
+        stored = json.loads(path.read_text())
+        assert stored["optim"].pop("skip_zero_grad") is False
+        path.write_text(json.dumps(stored))
+    capsys.readouterr()
+    assert runner.main(fake["args"] + ["--dry_run"]) == 0
+    assert "0 to run (0 resumed), 4 complete" in capsys.readouterr().out
+
+    changed = fake["study"].parent / "changed.py"
+    changed.write_text(
+        fake["study"]
+        .read_text()
+        .replace("'train.num_steps': 2", "'train.num_steps': 2, 'optim.skip_zero_grad': True")
+    )
+    assert runner.main([str(changed)] + fake["args"][1:]) == 2
+    assert "optim.skip_zero_grad: '<missing>' -> True" in capsys.readouterr().err
+
+
 def test_runner__a_study_run_in_batches_keeps_one_plan(fake, tmp_path, monkeypatch, capsys):
     """A study whose runs depend on the environment (a subset per batch): each batch's plan
     keeps the earlier batches' runs first, so sweep.json names every run of the study."""
