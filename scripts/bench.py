@@ -3,12 +3,17 @@
   python scripts/bench.py                       # default config: compile, rollout, env, step
   python scripts/bench.py --quick               # smoke run (small shapes, one repeat)
   python scripts/bench.py --vs-peers --repeats 3 --json out.json
+  python scripts/bench.py --real-model=DIR --repeats 5 --json out.json   # ours vs transformers
 
 `--vs-peers` runs the peer benchmark's jobs (TRL/PyTorch, Tunix, plain JAX; one tiny Qwen2
 shape, vocab 512, float32, random init) and the same jobs in rl4agents, interleaved per round:
 single-turn generation (32 prompts x 64 tokens, 64 new tokens, temperature 1, no EOS), a
 single-turn GRPO step (4 prompts x 8, reward = share of token 7), the multi-turn FrozenLake
 rollout (4 maps x 8 samples, 8 turns, 16 action tokens, full history) and its GRPO step.
+`--real-model=DIR` loads a Hugging Face folder (e.g. SmolLM2-135M-Instruct) in rl4agents and in
+PyTorch/transformers and times both, float32 and bf16, interleaved per round: sampling
+`--real-sizes` P prompts of L tokens -> T new tokens, and one GRPO update on G rows of L + T
+tokens (`benchlib/real_model.py`).
 Peer jobs need the peers' virtual environments under `--peers-dir` (set up as their README
 says: `trl`, `tunix`, `jax`); a missing one is skipped with a message. The peer scripts are
 copied to `--scratch` and run there.
@@ -36,7 +41,7 @@ import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX start
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from benchlib import jobs, peer_lake, peer_single, peers  # noqa: E402
+from benchlib import jobs, peer_lake, peer_single, peers, real_model  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from rl4agents import config_utils, envs, sharding  # noqa: E402
@@ -651,6 +656,14 @@ def _check_args(ap: argparse.ArgumentParser, args) -> tuple:
             fail(f"--meshes={shape!r} needs more than the {jax.device_count()} devices here")
     if args.json:
         config_utils.check_output_file("--json", args.json)
+    if args.real_model:
+        if not os.path.isfile(os.path.join(args.real_model, "config.json")):
+            fail(f"--real-model={args.real_model!r}: no config.json; allowed: a model folder")
+        try:
+            args.real_sizes = real_model.Sizes(*(int(x) for x in args.real_sizes.split(",")))
+        except (ValueError, TypeError) as e:
+            fail(f"--real-sizes={args.real_sizes!r}: {e}; allowed: P,L,T,G integers")
+        return None, None
     if args.vs_peers:
         return None, None
     path = args.config.partition(":")[0]
@@ -685,6 +698,16 @@ def main(argv=None) -> int:
         help="config file[:arg] for the default mode (relative to the repo)",
     )
     ap.add_argument("--vs-peers", action="store_true", help="run the peer jobs and ours")
+    ap.add_argument(
+        "--real-model",
+        default="",
+        help="a Hugging Face model folder: generation and a GRPO step, ours vs transformers",
+    )
+    ap.add_argument(
+        "--real-sizes",
+        default="8,64,32,8",
+        help="--real-model: P prompts, L prompt tokens, T new tokens, G GRPO rows",
+    )
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
     ap.add_argument("--rounds", type=int, default=1, help="--vs-peers: interleaved rounds")
     ap.add_argument("--quick", action="store_true", help="smoke mode: small shapes, 1 repeat")
@@ -747,6 +770,15 @@ def main(argv=None) -> int:
         f"jax {jax.__version__}, {jax.device_count()} {jax.default_backend()} devices, "
         f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
     )
+    if args.real_model:
+        res["real_model"] = real_model.run(args.real_model, args.real_sizes, args.repeats, log=log)
+        res["meta"]["loadavg_end"] = os.getloadavg()
+        res["meta"]["wall_s"] = round(time.perf_counter() - _T0, 1)
+        print(real_model.table(res["real_model"]))
+        if args.json:
+            _write_json(res, args.json, indent=1, default=float)
+            log(f"wrote {args.json}")
+        return 0
     if args.vs_peers:
         mesh = sharding.make_mesh(("data", "fsdp", "tensor"), (-1, 1, 1))
         res["vs_peers"] = bench_vs_peers(args, mesh)
