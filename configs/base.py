@@ -97,6 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.branch.entropy_tokens = 1  # entropy of a turn: mean over its first action tokens
     c.rollout.branch.arpo_weight = 0.2  # rule "arpo": weight of the entropy rise
     c.rollout.branch.arpo_prob = 0.5  # rule "arpo": branch probability
+    c.rollout.branch.levels = 1  # fork levels: branches of level < levels fork again (1: once)
 
     c.credit = ml_collections.ConfigDict()
     c.credit.name = "grpo"

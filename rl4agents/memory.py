@@ -20,7 +20,9 @@
                       prefill chunk of S tokens: B x S x (V x 4 + a(T_kv)) / D_b; when
                       branching under context="full", plus the fork snapshots: K x B_root x
                       layers x 2 x T_kv x kv_heads x head_dim x c / D_b (the roots' KV cache at
-                      the start of each of the K turns, `branch.branch_rollout`)
+                      the start of each of the K turns, `branch.branch_rollout`; nested
+                      forks, levels L > 1, add K - k_start turns of B_root (M x N)^l branch
+                      rows for each level l = 1..L-1 that forks again)
     scoring           the forward-only passes over the whole batch (reference log-probs, old
                       values, learner log-probs for TIS), when any is on:
                       N x (L x a(L) + R x 3 x V x 4) / D_b (R = L for the values/TIS pass)
@@ -62,7 +64,8 @@
 
 Symbols: p, c = bytes of model.param_dtype and model.dtype; V = vocabulary; B = num_tasks x
 group_size episodes of T = `rollout.make_layout(...).length` slots, or with a branching rollout
-(rollout.branch.rule != "none") B = B_root x (1 + M x N) episodes: B_root = num_tasks x
+(rollout.branch.rule != "none") B = B_root x (1 + M x N + ... + (M x N)^L) episodes, L =
+rollout.branch.levels: B_root = num_tasks x
 group_size roots, M fork slots per root (`BranchConfig.fork_slots`: K for rule "every") and N =
 rollout.branch.num_branches continuations per fork (`StepConfig.num_rows`; every term that
 counts episodes, rollout, scoring and update rows counts these); the update trains on N rows
@@ -447,11 +450,13 @@ def _sizes(run, vocab: int, mesh_shape: Mapping[str, int], knobs: StepKnobs) -> 
 
 
 def _batch_label(knobs: StepKnobs, sz: _Sizes, turns: int) -> str:
-    """How B is written in a formula: "B" or, branching, "B(1 + M x N)" with M and N."""
+    """How B is written in a formula: "B" or, branching, "B(1 + M x N ...)" with M and N."""
     if knobs.branch is None:
         return "B"
-    m, n = knobs.branch.fork_slots(turns), knobs.branch.num_branches
-    return f"B_root={sz.roots} x (1 + M={m} x N={n}) = B"
+    bc = knobs.branch
+    m, n = bc.fork_slots(turns), bc.num_branches
+    deeper = "".join(f" + (M x N)^{level}" for level in range(2, bc.levels + 1))
+    return f"B_root={sz.roots} x (1 + M={m} x N={n}{deeper}) = B"
 
 
 def _kv_cache_bytes(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int) -> int:
@@ -460,14 +465,27 @@ def _kv_cache_bytes(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int) -> int:
     return cfg.num_layers * 2 * batch * sz.kv_len * cfg.num_kv_heads * cfg.head_dim * c
 
 
-def _fork_snapshots(cfg: policy_lib.ModelConfig, sz: _Sizes, turns: int) -> Term:
-    """The roots' KV cache at the start of each of the K turns, kept by a branching rollout
-    under context="full" to fork from (`branch.branch_rollout`)."""
+def _fork_snapshots(
+    cfg: policy_lib.ModelConfig, sz: _Sizes, turns: int, bc: branch_lib.BranchConfig
+) -> Term:
+    """The KV cache at the start of each turn of every level that forks again, kept by a
+    branching rollout under context="full" to fork from (`branch.branch_rollout`): the roots'
+    K turns, and for nested forks (`levels` > 1) the K - k_start turns of the branch rows of
+    levels 1..L-1, B_root (M N)^l rows each."""
     c = DTYPE_BYTES[cfg.dtype]
+    k_start = min(bc.turns) if bc.rule == "turns" else 0
+    rows = turns * sz.roots
+    label = f"K={turns} x B_root={sz.roots}"
+    mn = bc.fork_slots(turns) * bc.num_branches
+    for level in range(1, bc.levels):
+        rows += (turns - k_start) * sz.roots * mn**level
+        label += f" + {turns - k_start} x {sz.roots * mn**level}"
+    if bc.levels > 1:
+        label = f"({label} = {rows} rows)"
     return Term(
         "fork snapshots",
-        sz.per_device(turns * _kv_cache_bytes(cfg, sz, sz.roots)),
-        f"K={turns} x B_root={sz.roots} x {cfg.num_layers} layers x 2 x {sz.kv_len} x "
+        sz.per_device(rows * _kv_cache_bytes(cfg, sz, 1)),
+        f"{label} x {cfg.num_layers} layers x 2 x {sz.kv_len} x "
         f"{cfg.num_kv_heads} kv_heads x {cfg.head_dim} x {c} B / {sz.split}",
     )
 
@@ -633,7 +651,7 @@ def estimate(
     )
     rollout = _rollout_terms(cfg, sz, sz.batch, label)
     if knobs.branch is not None and run.rollout_cfg.context != "window":
-        rollout += (_fork_snapshots(cfg, sz, turns),)
+        rollout += (_fork_snapshots(cfg, sz, turns, knobs.branch),)
     phases = {"rollout": rollout}
     if kl or needs_values or config.loss.tis_cap > 0:
         a_len = _per_token_layer_bytes(cfg, sz.length)

@@ -247,6 +247,24 @@ def test_estimate__branching_counts_every_row_and_the_fork_snapshots():
     assert "B_root=8 x (1 + M=3 x N=2) = B=56" in on.format()
 
 
+def test_estimate__nested_forks_count_every_level_and_its_snapshots():
+    # Rule "turns" (1, 2) on K = 3 turns, N = 2, two levels: M = 2 fork slots, M x N = 4, so
+    # 8 x (1 + 4 + 16) = 168 rows. Snapshots: the roots' 3 turns, and the level-1 rows' turns
+    # from k_start = 1 on (2 turns) to fork level 2 from: 3 x 8 + 2 x 32 = 88 rows of cache.
+    branch = {
+        "rollout.branch.rule": "turns",
+        "rollout.branch.turns": (1, 2),
+        "rollout.branch.num_branches": 2,
+        "rollout.branch.levels": 2,
+    }
+    on = memory.estimate(_run(tiny_config(**branch)), MESH8)
+    kv_row = LAYERS * 2 * T * KV_HEADS * HEAD_DIM * 4
+    assert on.term("episode arrays") == 24 * 168 * T * 4 // 8
+    assert _phase_term(on, "rollout", "KV cache") == 168 * kv_row // 8
+    assert on.term("fork snapshots") == 88 * kv_row // 8
+    assert "B_root=8 x (1 + M=2 x N=2 + (M x N)^2) = B=168" in on.format()
+
+
 def test_estimate__branching_window_rows_are_episodes_times_turns():
     # Rule "turns" at turn 1 with N = 3: M = 1, 8 x (1 + 1 x 3) = 32 episodes; the update
     # trains on 32 x 3 turn rows (24 without branching), and no cache is kept to fork from.

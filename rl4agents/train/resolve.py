@@ -253,7 +253,8 @@ def branch_config(
     Refuses a credit estimator that reads a tree (`credit.tree.requires_tree`) without
     branching, and with branching what assumes B = num_tasks x group_size episodes in groups
     of G rows: DAPO dynamic sampling, the top-p variance filter and the mutual-information
-    proxy. Host environments cannot fork (their state is not a value).
+    proxy. Host environments cannot fork (their state is not a value), and the shared fork
+    prefix (`train.share_fork_prefix`, `views.fork_prefix`) plans one level of branches only.
     """
     r = c.rollout.branch
     config_utils.check_choice("rollout.branch.rule", r.rule, ["none", *branch_lib.RULES])
@@ -275,8 +276,15 @@ def branch_config(
         entropy_tokens=r.entropy_tokens,
         arpo_weight=r.arpo_weight,
         arpo_prob=r.arpo_prob,
+        levels=r.get("levels", 1),
     )
     branch_lib.check_config(bc, lay.turns, lay.action)
+    if bc.levels > 1 and c.train.get("share_fork_prefix", False):
+        raise ValueError(
+            f"train.share_fork_prefix=True with rollout.branch.levels={bc.levels}: the shared "
+            "prefix plan reads one level of branches after their roots; allowed: "
+            "train.share_fork_prefix=False, or rollout.branch.levels=1"
+        )
     refused = (
         ("sampling.dynamic", c.sampling.dynamic, c.sampling.dynamic, "False"),
         ("sampling.filter", c.sampling.filter, c.sampling.filter == "top_p_variance", "'none'"),

@@ -53,11 +53,14 @@ def fork_prefix(cfg: StepConfig, full_batch: bool) -> policy_lib.ForkPrefix | No
     A fork slot that the rule leaves unused holds the prompt
     only, which its root's prefix starts with (the pass is exact on every valid slot).
     Otherwise None: every row computes every slot (under context="window" too, where a branch's
-    step rows before its fork are whole copies of its root's).
+    step rows before its fork are whole copies of its root's, and for nested forks,
+    `levels` > 1, whose rows share prefixes with branches as well as roots).
     """
     bc = cfg.branch
     whole = full_batch or (cfg.minibatches == 1 and cfg.grad_accum == 1)
     if bc is None or not cfg.shared_prompt or cfg.rollout.context != "full" or not whole:
+        return None
+    if bc.levels > 1:  # a plan reads each row's prefix from a root: one level of branches
         return None
     lay = cfg.layout
     if bc.rule == "every":
