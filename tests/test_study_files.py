@@ -1,0 +1,321 @@
+"""The plans of the method-family study files: experiments/branching_estimators.py,
+losses_filters.py, staleness.py and loss_t3.py.
+
+Each study is loaded as scripts/sweep.py loads it, and its runs' configs are resolved as
+train.py gets them (`sweep.resolve`); the checks read the resolved configs, not the study's
+own tables: unique run names, the same seeds for every variant of an environment, the same
+evaluation tasks, the base policy as the start, the variants' differences from their
+baseline, the analysis command's row labels, and for the branching study the rows per step.
+(Every committed study's configs also pass train.py's start-up checks:
+tests/test_sweep.py::test_committed_study__plans_and_every_config_passes_checks.)
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import pathlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl4agents import config_utils, losses, results, sweep
+from rl4agents.rollout import branch as branch_lib
+from tests.scripts import load_script
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STUDIES = ("branching_estimators", "losses_filters", "staleness", "loss_t3")
+# Environment variables that change a plan; cleared so each test sees the default plan.
+_VARS = (
+    "BASE_POLICY",
+    "BRANCHING_ENVS",
+    "BRANCHING_SEEDS",
+    "BRANCHING_MINUTES",
+    "LOSSES_FILTERS_ENVS",
+    "LOSSES_FILTERS_SEEDS",
+    "LOSSES_FILTERS_MINUTES",
+    "STALENESS_ENVS",
+    "STALENESS_SEEDS",
+    "STALENESS_MINUTES",
+    "LOSS_T3_SEEDS",
+    "LOSS_T3_MINUTES",
+)
+DEFAULT_SEEDS = {"branching_estimators": 3, "losses_filters": 3, "staleness": 3, "loss_t3": 5}
+DEFAULT_RUNS = {"branching_estimators": 24, "losses_filters": 30, "staleness": 42, "loss_t3": 15}
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for var in _VARS:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def _plan(name: str):
+    """(study, module, [(run, resolved config)]) of experiments/<name>.py."""
+    path = f"experiments/{name}.py"
+    study = sweep.load_study(path)
+    module = config_utils.load_module(path, f"study_{name}")
+    return study, module, [(r, sweep.resolve(r.config, r.overrides)) for r in study.runs]
+
+
+def _labels(study, strip: str) -> list[str]:
+    """The row labels make_table gives the study's runs (results.short_labels, then --strip)."""
+    labels = results.short_labels([r.variant for r in study.runs])
+    return [re.sub(strip, "", label) or "base" for label in labels] if strip else labels
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_study__unique_names_same_seeds_same_eval_tasks_and_the_base_policy(name, clean_env):
+    study, module, planned = _plan(name)
+    assert len(planned) == DEFAULT_RUNS[name]
+    assert len({r.name for r in study.runs}) == len(study.runs)
+    assert len({r.dirname for r in study.runs}) == len(study.runs)
+    seeds = collections.defaultdict(set)
+    eval_tasks = collections.defaultdict(set)
+    for run, c in planned:
+        seeds[(c.env.name, run.variant)].add(c.seed)
+        eval_tasks[c.env.name].add((c.train.eval_seed, c.train.eval_tasks, c.train.eval_ood))
+        assert c.init.params == "runs/base_policy_v3"
+        assert c.train.max_minutes == 10.0
+    assert set(map(frozenset, seeds.values())) == {frozenset(range(DEFAULT_SEEDS[name]))}
+    assert all(len(v) == 1 for v in eval_tasks.values()), eval_tasks
+    # make_table's --baseline (the study's BASELINE) names one row in every environment, and
+    # no two variants of an environment share a row.
+    labels = _labels(study, getattr(module, "STRIP", ""))
+    rows = collections.defaultdict(dict)
+    for run, label in zip(study.runs, labels, strict=True):
+        env = run.variant[0].split(",")[0] if run.variant else ""
+        assert rows[env].setdefault(label, run.variant) == run.variant, (label, run.variant)
+    table = load_script("make_table")
+    for env_rows in rows.values():
+        assert table.resolve_baseline(module.BASELINE, sorted(env_rows)) in env_rows
+
+
+def test_study__environment_variables_pick_envs_seeds_and_minutes(clean_env):
+    clean_env.setenv("BRANCHING_ENVS", "sokoban")
+    clean_env.setenv("BRANCHING_SEEDS", "2")
+    clean_env.setenv("BRANCHING_MINUTES", "18")
+    clean_env.setenv("BASE_POLICY", "runs/elsewhere")
+    study, _, planned = _plan("branching_estimators")
+    assert len(planned) == 4 * 2
+    assert {c.env.name for _, c in planned} == {"sokoban"}
+    assert {c.seed for _, c in planned} == {0, 1}
+    assert {c.train.max_minutes for _, c in planned} == {18.0}
+    assert {c.init.params for _, c in planned} == {"runs/elsewhere"}
+    clean_env.setenv("LOSS_T3_SEEDS", "2")
+    assert len(sweep.load_study("experiments/loss_t3.py").runs) == 3 * 2
+    clean_env.setenv("STALENESS_ENVS", "maze")
+    with pytest.raises(ValueError, match=r"STALENESS_ENVS names \['maze'\]; allowed"):
+        sweep.load_study("experiments/staleness.py")
+
+
+def _rows_by_hand(c) -> int:
+    """Episode rows one step computes: T x G x (1 + M x N) with M the fork slots of the rule
+    (docs/methods.md, "Branching rollouts"), T x G without branching."""
+    b = c.rollout.num_tasks * c.rollout.group_size
+    rule = c.rollout.branch.rule
+    if rule == "none":
+        return b
+    slots = {"every": c.rollout.max_turns, "turns": len(c.rollout.branch.turns)}
+    m = slots.get(rule, c.rollout.branch.max_forks)
+    assert c.rollout.branch.levels == 1
+    return b * (1 + m * c.rollout.branch.num_branches)
+
+
+def test_branching__rows_per_step_match_grpo_within_5_percent(clean_env):
+    _, module, planned = _plan("branching_estimators")
+    rows = {}
+    for _, c in planned:
+        n = _rows_by_hand(c)
+        bc = branch_lib.BranchConfig(
+            rule=c.rollout.branch.rule,
+            num_branches=c.rollout.branch.num_branches,
+            turns=tuple(c.rollout.branch.turns),
+            max_forks=c.rollout.branch.max_forks,
+        )
+        if c.rollout.branch.rule != "none":
+            b = c.rollout.num_tasks * c.rollout.group_size
+            assert bc.num_rows(b, c.rollout.max_turns) == n  # the library's count agrees
+        assert rows.setdefault((c.env.name, c.credit.name), n) == n
+    # Hand-derived: 16 x 16; vineppo 14 x 2 x (1 + 8) and 10 x 2 x (1 + 12); tree_grpo and
+    # arpo 13 x 4 x (1 + 2 x 2).
+    assert rows == {
+        ("frozen_lake", "grpo"): 256,
+        ("frozen_lake", "vineppo"): 252,
+        ("frozen_lake", "tree_grpo"): 260,
+        ("frozen_lake", "arpo"): 260,
+        ("sokoban", "grpo"): 256,
+        ("sokoban", "vineppo"): 260,
+        ("sokoban", "tree_grpo"): 260,
+        ("sokoban", "arpo"): 260,
+    }
+    for (env, credit), n in rows.items():
+        base = rows[(env, "grpo")]
+        assert base == module.BASELINE_ROWS
+        assert abs(n - base) <= module.ROWS_TOLERANCE * base, (env, credit, n)
+    rules = {c.credit.name: c.rollout.branch.rule for _, c in planned}
+    assert rules == {"grpo": "none", "vineppo": "every", "tree_grpo": "turns", "arpo": "arpo"}
+
+
+def _diffs(planned, baseline_of) -> dict:
+    """variant -> the config keys in which its runs differ from the baseline run of the same
+    environment and seed (one set per variant, checked equal across its runs)."""
+    base = {(c.env.name, c.seed): c.to_dict() for run, c in planned if baseline_of(run)}
+    out = {}
+    for run, c in planned:
+        diff = sweep.config_diff(base[(c.env.name, c.seed)], c.to_dict())
+        keys = {d.split(":")[0] for d in diff}
+        assert out.setdefault(run.variant[1:], keys) == keys, (run.name, keys)
+    return out
+
+
+def test_losses_filters__each_variant_changes_only_its_keys(clean_env):
+    _, _, planned = _plan("losses_filters")
+
+    def baseline(run):
+        return "loss.policy=ppo_clip" in run.variant
+
+    diffs = _diffs(planned, baseline)
+    assert diffs == {
+        ("loss.policy=ppo_clip",): set(),
+        ("loss.policy=sapo",): {"loss.policy", "loss.sapo.agg"},
+        ("sampling.filter=top_p_variance",): {"sampling.filter"},
+        ("sampling.filter=void_turn",): {"sampling.filter"},
+        ("loss.epo_coef=0.05",): {"loss.epo_coef"},
+    }
+    for _, c in planned:
+        assert c.train.minibatches == 4 and c.loss.ppo_clip.agg == "token-mean"
+        assert c.loss.policy != "sapo" or c.loss.sapo.agg == "token-mean"
+        assert c.sampling.top_p_variance.p == 0.9
+
+
+def test_staleness__k_and_every_registered_correction(clean_env):
+    _, _, planned = _plan("staleness")
+    variants = set()
+    for _, c in planned:
+        assert c.loss.policy == "ppo_clip" and c.train.minibatches == 1
+        fix = "tis" if c.loss.tis_cap > 0 else c.mismatch.name
+        assert not (c.loss.tis_cap > 0 and c.mismatch.name != "none")
+        variants.add((c.env.name, c.train.staleness, fix))
+    per_env = {(k, fix) for _, k, fix in variants}
+    # Every registered correction at k = 4 but sequence MIS (the study takes the token rule).
+    corrections = set(losses.mismatch.names()) - {"mis_sequence"}
+    assert corrections == {"mis_token", "icepop", "m2po"}
+    assert per_env == {(0, "none"), (2, "none"), (4, "none"), (4, "tis")} | {
+        (4, name) for name in corrections
+    }
+    assert {env for env, _, _ in variants} == {"frozen_lake", "sokoban"}
+    assert {c.loss.tis_cap for _, c in planned} == {0.0, 2.0}
+
+
+def test_loss_t3__three_losses_differ_only_in_the_loss(clean_env):
+    _, module, planned = _plan("loss_t3")
+
+    def baseline(run):
+        return "loss.policy=ppo_clip" in run.variant
+
+    diffs = _diffs(planned, baseline)
+    assert diffs == {
+        ("loss.policy=ppo_clip",): set(),
+        ("loss.policy=cispo", "loss.cispo.ratio_high=None"): {
+            "loss.policy",
+            "loss.cispo.ratio_high",
+        },
+        ("loss.policy=cispo", "loss.cispo.ratio_high=5.0"): {"loss.policy"},
+    }
+    for _, c in planned:
+        assert c.env.name == "frozen_lake" and c.train.minibatches == 4
+        assert c.loss.cispo.ratio_low is None and c.loss.cispo.agg == "token-mean"
+        assert c.loss.ppo_clip.agg == "token-mean"
+        assert module.EARLY_STEP % c.train.eval_every == 0
+
+
+def test_loss_t3__unbounded_cispo_is_the_importance_sampling_gradient():
+    """cispo with no bounds has the gradient of l = -rho A (token-mean), rho = exp(logp -
+    logp_old); at rho = 1 ppo_clip, cispo and IS give the same gradient (so the study needs
+    several updates per batch), and off it they differ."""
+    rng = np.random.default_rng(0)
+    logp_old = jnp.asarray(-rng.uniform(0.1, 2.0, (3, 5)), jnp.float32)
+    adv = jnp.asarray(rng.normal(size=(3, 5)), jnp.float32)
+    mask = jnp.asarray(rng.uniform(size=(3, 5)) < 0.7)
+    n = float(mask.sum())
+
+    def grad_of(name, logp, **kw):
+        fn = losses.get(name)
+        return jax.grad(lambda lp: fn(lp, logp_old, adv, mask, **kw)[0])(logp)
+
+    def is_grad(logp):  # d/dlogp of (1/n) sum_mask -exp(logp - logp_old) A, by hand
+        return jnp.where(mask, -jnp.exp(logp - logp_old) * adv / n, 0.0)
+
+    shifted = logp_old + jnp.asarray(rng.uniform(-0.6, 0.6, (3, 5)), jnp.float32)
+    for logp in (logp_old, shifted):
+        g = grad_of("cispo", logp, ratio_high=None)
+        np.testing.assert_allclose(g, is_grad(logp), rtol=1e-5, atol=1e-7)
+    same = [grad_of("ppo_clip", logp_old), grad_of("cispo", logp_old, ratio_high=5.0)]
+    for g in same:
+        np.testing.assert_allclose(g, is_grad(logp_old), rtol=1e-5, atol=1e-7)
+    assert not np.allclose(grad_of("ppo_clip", shifted), is_grad(shifted), atol=1e-4)
+
+
+def _fake_run(root, run, *, final, curve, finished=True):
+    d = root / run.dirname
+    d.mkdir(parents=True)
+    summary = {"finished": finished, "steps": 60}
+    if final is not None:
+        summary["eval_test"] = {"greedy_success": final}
+    (d / "summary.json").write_text(json.dumps(summary))
+    rows = [{"step": s, "eval_test/greedy_success": v} for s, v in curve.items()]
+    rows.insert(1, {"step": 30, "train/success": 0.5})  # a train row at the same step
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"name": run.name, "dir": run.dirname, "variant": list(run.variant), "seed": run.seed}
+
+
+def test_loss_t3__seed_spread_by_hand(clean_env, tmp_path, capsys):
+    clean_env.setenv("LOSS_T3_SEEDS", "3")
+    study = sweep.load_study("experiments/loss_t3.py")
+    module = config_utils.load_module("experiments/loss_t3.py", "study_loss_t3")
+    # per variant (in plan order: is, ppo, cispo): per seed (final, success at step 30)
+    values = [
+        [(0.8, 0.2), (0.6, 0.6), (0.7, 0.4)],
+        [(0.7, 0.5), (0.7, 0.5), (0.75, 0.45)],
+        [(0.7, 0.3), (None, 0.5), (0.9, None)],  # seed 1 unfinished, seed 2 lacks step 30
+    ]
+    plan = []
+    for run in study.runs:
+        final, early = values[len(plan) // 3][run.seed]
+        curve = {15: 0.1, 30: early, 45: 0.9} if early is not None else {15: 0.1, 45: 0.9}
+        plan.append(_fake_run(tmp_path, run, final=final, curve=curve, finished=final is not None))
+    (tmp_path / "sweep.json").write_text(json.dumps({"study": "loss_t3", "runs": plan}))
+    rows = module.seed_spread(str(tmp_path), 30)
+    assert [r["variant"] for r in rows] == [
+        "loss.policy=cispo, loss.cispo.ratio_high=None",
+        "loss.policy=ppo_clip",
+        "loss.policy=cispo, loss.cispo.ratio_high=5.0",
+    ]
+    is_row, ppo_row, cispo_row = rows
+    # is: finals 0.8, 0.6, 0.7 -> mean 0.7, std 0.1; early 0.2, 0.6, 0.4 -> mean 0.4, std 0.2
+    assert is_row["seeds"] == 3 and is_row["early_seeds"] == 3
+    assert math.isclose(is_row["final_mean"], 0.7) and math.isclose(is_row["final_std"], 0.1)
+    assert math.isclose(is_row["early_mean"], 0.4) and math.isclose(is_row["early_std"], 0.2)
+    # ppo: finals 0.7, 0.7, 0.75 -> std sqrt(((-1/60)^2 * 2 + (1/30)^2) / 2) = 0.0288675
+    assert math.isclose(ppo_row["final_std"], 0.05 / math.sqrt(3), rel_tol=1e-9)
+    assert math.isclose(ppo_row["early_std"], 0.05 / math.sqrt(3), rel_tol=1e-9)
+    # cispo: finals of the finished seeds 0.7, 0.9; early of the seeds that logged it 0.3, 0.5
+    assert cispo_row["seeds"] == 2 and cispo_row["early_seeds"] == 2
+    assert math.isclose(cispo_row["final_mean"], 0.8)
+    assert math.isclose(cispo_row["final_std"], math.sqrt(0.02))
+    assert math.isclose(cispo_row["early_std"], math.sqrt(0.02))
+    md = module.markdown(rows, 30).splitlines()
+    assert md[2] == (
+        "| loss.policy=cispo, loss.cispo.ratio_high=None | 3 | 0.700 | 0.100 | 0.400 | 0.200 | 3 |"
+    )
+    assert module.main([f"--sweep={tmp_path}", "--early=30"]) == 0
+    assert capsys.readouterr().out.splitlines() == md
+    assert module.main([f"--sweep={tmp_path / 'nope'}"]) == 2
+    assert "holds no sweep.json" in capsys.readouterr().err
