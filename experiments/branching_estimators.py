@@ -115,17 +115,8 @@ def get_sweep():
         for credit, per_env in VARIANTS.items():
             points += sweep.product(
                 sweep.configs([f"configs/base_policy.py:{env},{credit}"]),
-                sweep.fixed(
-                    {
-                        "init.params": BASE_POLICY,
-                        "optim.lr": LR,
-                        "train.num_steps": _learning.STEPS[env],
-                        "train.eval_every": EVAL_EVERY,
-                        "train.eval_tasks": EVAL_TASKS,
-                        "train.max_minutes": minutes,
-                        "train.eval_ood": False,
-                        **per_env[env],
-                    }
+                _learning.from_base(
+                    env, BASE_POLICY, LR, minutes, EVAL_TASKS, EVAL_EVERY, **per_env[env]
                 ),
                 sweep.seeds(seeds),
             )

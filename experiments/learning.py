@@ -81,6 +81,32 @@ def envs_from(var: str, allowed) -> list[str]:
     return envs
 
 
+def from_base(
+    env: str,
+    base_policy: str,
+    lr: float,
+    minutes: float,
+    eval_tasks: int,
+    eval_every: int,
+    **extra,
+) -> sweep.Point:
+    """The fixed settings of a method-family study's run of `env` from a base policy: start
+    point, learning rate, step cap, wall-clock budget and in-run evaluation (no OOD split),
+    plus `extra` dotted overrides (pass them as a dict: `**{"train.minibatches": 4}`)."""
+    return sweep.fixed(
+        {
+            "init.params": base_policy,
+            "optim.lr": lr,
+            "train.num_steps": STEPS[env],
+            "train.eval_every": eval_every,
+            "train.eval_tasks": eval_tasks,
+            "train.max_minutes": minutes,
+            "train.eval_ood": False,
+            **extra,
+        }
+    )
+
+
 def get_sweep():
     # LEARNING_ENVS=frozen_lake,maze: a subset, in that order (the plan lists only those).
     return [p for env in envs_from("LEARNING_ENVS", STEPS) for p in env_sweep(env, STEPS[env])]

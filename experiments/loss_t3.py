@@ -81,17 +81,14 @@ def get_sweep():
         points += sweep.product(
             sweep.configs([f"configs/base_policy.py:{ENV}"]),
             *[sweep.sweep_values(k, [v]) for k, v in named.items()],
-            sweep.fixed(
-                {
-                    "init.params": BASE_POLICY,
-                    "optim.lr": LR,
-                    "train.minibatches": MINIBATCHES,
-                    "train.num_steps": _learning.STEPS[ENV],
-                    "train.eval_every": EVAL_EVERY,
-                    "train.eval_tasks": EVAL_TASKS,
-                    "train.max_minutes": minutes,
-                    "train.eval_ood": False,
-                }
+            _learning.from_base(
+                ENV,
+                BASE_POLICY,
+                LR,
+                minutes,
+                EVAL_TASKS,
+                EVAL_EVERY,
+                **{"train.minibatches": MINIBATCHES},
             ),
             sweep.seeds(seeds),
         )

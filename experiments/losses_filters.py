@@ -85,19 +85,15 @@ def get_sweep():
             points += sweep.product(
                 sweep.configs([f"configs/base_policy.py:{env},grpo"]),
                 sweep.sweep_values(key, [value]),
-                sweep.fixed(
-                    {
-                        "init.params": BASE_POLICY,
-                        "optim.lr": LR,
-                        "train.minibatches": MINIBATCHES,
-                        "train.num_steps": _learning.STEPS[env],
-                        "train.eval_every": EVAL_EVERY,
-                        "train.eval_tasks": EVAL_TASKS,
-                        "train.max_minutes": minutes,
-                        "train.eval_ood": False,
-                        "log.collapse_metrics": True,
-                        **overrides,
-                    }
+                _learning.from_base(
+                    env,
+                    BASE_POLICY,
+                    LR,
+                    minutes,
+                    EVAL_TASKS,
+                    EVAL_EVERY,
+                    **{"train.minibatches": MINIBATCHES, "log.collapse_metrics": True},
+                    **overrides,
                 ),
                 sweep.seeds(seeds),
             )

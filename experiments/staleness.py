@@ -90,17 +90,7 @@ def get_sweep():
                 sweep.configs([f"configs/base_policy.py:{env},grpo"]),
                 sweep.sweep_values("train.staleness", [k]),
                 named,
-                sweep.fixed(
-                    {
-                        "init.params": BASE_POLICY,
-                        "optim.lr": LR,
-                        "train.num_steps": _learning.STEPS[env],
-                        "train.eval_every": EVAL_EVERY,
-                        "train.eval_tasks": EVAL_TASKS,
-                        "train.max_minutes": minutes,
-                        "train.eval_ood": False,
-                    }
-                ),
+                _learning.from_base(env, BASE_POLICY, LR, minutes, EVAL_TASKS, EVAL_EVERY),
                 sweep.seeds(seeds),
             )
     return points
