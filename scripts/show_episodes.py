@@ -169,10 +169,10 @@ def play(exp, params, split: str, num: int, greedy: bool, temperature: float, se
     shard_fn = sharding.batch_constraint(exp.mesh)
 
     def run(params, env_params):
-        root = jax.random.key(seed)
-        task_keys = jax.random.split(jax.random.fold_in(root, 0), batch)
+        task_stream, rollout_key = experiment.eval_keys(seed)
+        task_keys = jax.random.split(task_stream, batch)
         return rollout_lib.rollout(
-            jax.random.fold_in(root, 1),
+            rollout_key,
             exp.step_cfg.graphdef,
             params,
             env,

@@ -68,6 +68,20 @@ COMPAT_DEFAULTS = {
 # Evaluation metrics (`step.evaluate`), reported per decoding mode as "{mode}_{key}".
 EVAL_KEYS = step_lib.EVAL_KEYS
 EVAL_MODES = ("greedy", "sampled")
+
+
+def eval_keys(seed) -> tuple[jax.Array, jax.Array]:
+    """(task stream, rollout key): the two keys of an evaluation seeded by `seed` (an int or
+    i32[]). Task i of an N-task evaluation is row i of `jax.random.split(task stream, N)` (the
+    host backend derives its integer game seeds from the same stream); the rollout's sampling
+    draws from the rollout key. Every evaluation (`Experiment.eval_fn`, `task_outcomes_fn`,
+    the host backend's, `scripts/show_episodes.py`) derives its tasks here, so two of them
+    with one seed play the same tasks.
+    """
+    root = jax.random.key(seed)
+    return jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+
+
 # What a warm start (config.init.params) must share with the run that saved the parameters.
 # LoRA and the chat framing are left out: adapters are the run's own, on top of the saved
 # (full) parameters, and the framing does not change the parameters' shapes.
@@ -216,14 +230,14 @@ class Experiment:
             check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
 
             def run(params, seed, env_params):
-                root = jax.random.key(seed)
-                task_keys = jax.random.split(jax.random.fold_in(root, 0), num_tasks)
+                task_stream, rollout_key = eval_keys(seed)
+                task_keys = jax.random.split(task_stream, num_tasks)
 
                 def one(greedy):
                     return step_lib.evaluate(
                         params,
                         task_keys,
-                        jax.random.fold_in(root, 1),
+                        rollout_key,
                         self.step_cfg,
                         env,
                         env_params,
@@ -258,12 +272,12 @@ class Experiment:
             shard_fn = sharding.batch_constraint(self.mesh)
 
             def run(params, seed, env_params):
-                root = jax.random.key(seed)
-                task_keys = jax.random.split(jax.random.fold_in(root, 0), num_tasks)
+                task_stream, rollout_key = eval_keys(seed)
+                task_keys = jax.random.split(task_stream, num_tasks)
 
                 def one(greedy):
                     traj = rollout_lib.rollout(
-                        jax.random.fold_in(root, 1),
+                        rollout_key,
                         self.step_cfg.graphdef,
                         params,
                         env,

@@ -139,14 +139,12 @@ class HostExperiment(experiment_lib.Experiment):
         pool = self.pool(split)
 
         def run(params, seed):
-            root = jax.random.key(seed)
-            seeds = registry.split_seeds(
-                host_rollout.task_seeds(jax.random.fold_in(root, 0), num_tasks), split
-            )
+            task_stream, rollout_key = experiment_lib.eval_keys(seed)
+            seeds = registry.split_seeds(host_rollout.task_seeds(task_stream, num_tasks), split)
             out = {}
             for mode in experiment_lib.EVAL_MODES:
                 traj = host_rollout.host_rollout(
-                    jax.random.fold_in(root, 1),
+                    rollout_key,
                     self.step_cfg.graphdef,
                     params,
                     pool,
