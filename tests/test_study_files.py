@@ -1,5 +1,5 @@
 """The plans of the method-family study files: experiments/branching_estimators.py,
-losses_filters.py, staleness.py and loss_t3.py.
+losses_filters.py, staleness.py, loss_t3.py and at_grpo_roles.py.
 
 Each study is loaded as scripts/sweep.py loads it, and its runs' configs are resolved as
 train.py gets them (`sweep.resolve`); the checks read the resolved configs, not the study's
@@ -28,7 +28,7 @@ from rl4agents.rollout import branch as branch_lib
 from tests.scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-STUDIES = ("branching_estimators", "losses_filters", "staleness", "loss_t3")
+STUDIES = ("branching_estimators", "losses_filters", "staleness", "loss_t3", "at_grpo_roles")
 # Environment variables that change a plan; cleared so each test sees the default plan.
 _VARS = (
     "BASE_POLICY",
@@ -43,9 +43,24 @@ _VARS = (
     "STALENESS_MINUTES",
     "LOSS_T3_SEEDS",
     "LOSS_T3_MINUTES",
+    "AT_GRPO_SEEDS",
+    "AT_GRPO_MINUTES",
 )
-DEFAULT_SEEDS = {"branching_estimators": 3, "losses_filters": 3, "staleness": 3, "loss_t3": 5}
-DEFAULT_RUNS = {"branching_estimators": 24, "losses_filters": 30, "staleness": 42, "loss_t3": 15}
+DEFAULT_SEEDS = {
+    "branching_estimators": 3,
+    "losses_filters": 3,
+    "staleness": 3,
+    "loss_t3": 5,
+    "at_grpo_roles": 3,
+}
+DEFAULT_RUNS = {
+    "branching_estimators": 24,
+    "losses_filters": 30,
+    "staleness": 42,
+    "loss_t3": 15,
+    "at_grpo_roles": 9,
+}
+DEFAULT_MINUTES = {"at_grpo_roles": 18.0}  # the others: 10
 
 
 @pytest.fixture
@@ -82,7 +97,7 @@ def test_study__unique_names_same_seeds_same_eval_tasks_and_the_base_policy(name
         seeds[(c.env.name, run.variant)].add(c.seed)
         eval_tasks[c.env.name].add((c.train.eval_seed, c.train.eval_tasks, c.train.eval_ood))
         assert c.init.params == "runs/base_policy_v3"
-        assert c.train.max_minutes == 10.0
+        assert c.train.max_minutes == DEFAULT_MINUTES.get(name, 10.0)
     assert set(map(frozenset, seeds.values())) == {frozenset(range(DEFAULT_SEEDS[name]))}
     assert all(len(v) == 1 for v in eval_tasks.values()), eval_tasks
     # make_table's --baseline (the study's BASELINE) names one row in every environment, and
@@ -319,3 +334,26 @@ def test_loss_t3__seed_spread_by_hand(clean_env, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == md
     assert module.main([f"--sweep={tmp_path / 'nope'}"]) == 2
     assert "holds no sweep.json" in capsys.readouterr().err
+
+
+def test_at_grpo_roles__credit_and_role_sets_only(clean_env):
+    _, module, planned = _plan("at_grpo_roles")
+    base = {c.seed: c.to_dict() for run, c in planned if run.variant == ("two_agent,grpo",)}
+    diffs = collections.defaultdict(set)
+    for run, c in planned:
+        diff = sweep.config_diff(base[c.seed], c.to_dict())
+        diffs[run.variant].add(frozenset(d.split(":")[0] for d in diff))
+    assert diffs == {
+        ("two_agent,grpo",): {frozenset()},
+        ("two_agent,at_grpo",): {frozenset({"credit.name"})},
+        ("two_agent,at_grpo", "model.role_params=2"): {
+            frozenset({"credit.name", "model.role_params"})
+        },
+    }
+    for _, c in planned:
+        assert c.env.name == "two_agent" and c.train.num_steps == 150
+        assert c.train.eval_tasks == module.EVAL_TASKS
+    clean_env.setenv("AT_GRPO_SEEDS", "2")
+    clean_env.setenv("AT_GRPO_MINUTES", "5")
+    _, _, planned = _plan("at_grpo_roles")
+    assert len(planned) == 3 * 2 and {c.train.max_minutes for _, c in planned} == {5.0}
