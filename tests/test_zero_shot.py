@@ -5,24 +5,15 @@ parameters, and a second invocation skips what the CSV holds."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import json
-import os
 import pathlib
 
 import pytest
 
+from tests.hf_fixtures import needs, write_chatml_tokenizer
 from tests.scripts import load_script
 
-_NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "jinja2")
-_MISSING = [name for name in _NEEDS if importlib.util.find_spec(name) is None]
-pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs {_MISSING} (pip install .[hf])")
+pytestmark = needs("torch", "transformers", "tokenizers", "safetensors", "jinja2")
 
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 ENVS = ("frozen_lake", "countdown")
 NUM_TASKS, CAP, ACTION = 2, 2, 4
 
@@ -34,30 +25,11 @@ def zero_shot():
 
 def _tokenizer(folder: pathlib.Path):
     """A ChatML byte-level BPE of 300 tokens written to `folder` (tokenizer files only)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
     # Mostly moves: " up", " down", " left" and " right" become single tokens.
     corpus = ["go up down left right\n"] * 50
-    tok.train_from_iterator(corpus + ["invalid action\n", "calc 3 + 4 = 7 answer\n"] * 20, trainer)
-    os.makedirs(folder, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    tok_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|im_start|>",
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "chat_template": CHATML,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
-    return tok
+    return write_chatml_tokenizer(
+        folder, corpus + ["invalid action\n", "calc 3 + 4 = 7 answer\n"] * 20
+    )
 
 
 def _checkpoint(folder: pathlib.Path) -> str:

@@ -5,7 +5,6 @@ log-probs, losses and updates against PyTorch's on the same weights, and a run o
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
 import os
@@ -16,21 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-_NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "jinja2")
-_MISSING = [name for name in _NEEDS if importlib.util.find_spec(name) is None]
-pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs {_MISSING} (pip install .[hf])")
-
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.append(os.path.join(_REPO, "scripts"))  # `benchlib` lives beside the scripts
 from benchlib import real_model  # noqa: E402
 
+from tests.hf_fixtures import needs, write_chatml_tokenizer  # noqa: E402
 from tests.scripts import load_script  # noqa: E402
 
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+pytestmark = needs("torch", "transformers", "tokenizers", "safetensors", "jinja2")
+
 SIZES = real_model.Sizes(prompts=2, prompt_len=24, new_tokens=4, group=4)
 
 
@@ -39,27 +32,9 @@ def folder(tmp_path_factory):
     """A random 2-layer Llama (d=32, vocab 320, tied embeddings) with a 300-token ChatML BPE."""
     import torch
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     path = tmp_path_factory.mktemp("tiny_llama")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator([real_model.QUESTIONS[0], real_model.ANSWER] * 50, trainer)
-    tok.save(str(path / "tokenizer.json"))
-    tok_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|im_start|>",
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "chat_template": CHATML,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    write_chatml_tokenizer(path, [real_model.QUESTIONS[0], real_model.ANSWER] * 50)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=320,

@@ -52,14 +52,10 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from rl4agents import envs, sharding  # noqa: E402
 from rl4agents.models import hf, hf_tokenizer  # noqa: E402
+from tests.hf_fixtures import write_chatml_tokenizer  # noqa: E402
 
 ARCHS = ("llama", "qwen2", "qwen3")
 B, S, NEW = 2, 12, 8
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 
 
 def _tiny_hf_model(arch, vocab_size=128, seed=0):
@@ -347,32 +343,8 @@ def test_export_pretrained__rejects_configs_without_hf_architecture():
 
 def _write_tokenizer(folder, corpus_extra=(), vocab_size=300, config=None):
     """A byte-level BPE trained on environment words, ChatML specials, a ChatML template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
     corpus = ["up down left right invalid action\n", "_ O G P #\n_ _ _ G\n", *corpus_extra] * 20
-    tok.train_from_iterator(corpus, trainer)
-    os.makedirs(folder, exist_ok=True)
-    tok.save(os.path.join(folder, "tokenizer.json"))
-    tok_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "chat_template": CHATML,
-    }
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump(tok_config, f)
-    if config is not None:
-        with open(os.path.join(folder, "config.json"), "w") as f:
-            json.dump(config, f)
+    write_chatml_tokenizer(folder, corpus, vocab_size, bos_token=None, config=config)
     return folder
 
 

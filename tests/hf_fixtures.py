@@ -1,0 +1,62 @@
+"""Small Hugging Face tokenizer folders built locally (no downloads), shared by the tests of the
+importer, zero-shot evaluation and the real-model bench: a byte-level BPE with ChatML specials
+and template, trained on a corpus the test chooses, and the skip marker of tests that need the
+`hf` extra."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CHATML_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def needs(*modules: str) -> pytest.MarkDecorator:
+    """A skip marker for tests that import `modules` (the `hf` extra)."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {missing} (pip install .[hf])")
+
+
+def write_chatml_tokenizer(folder, corpus, vocab_size=300, bos_token="<|im_start|>", config=None):
+    """Train a byte-level BPE of `vocab_size` tokens on `corpus` (list of str) with the ChatML
+    specials <|endoftext|> (id 0, the pad), <|im_start|> (1) and <|im_end|> (2, the eos) and
+    write it to `folder` as tokenizer.json and tokenizer_config.json (ChatML template,
+    `bos_token`; None for none), plus `config` (a dict) as config.json when given.
+
+    Returns the trained `tokenizers.Tokenizer`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(CHATML_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer)
+    folder = str(folder)
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": bos_token,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "chat_template": CHATML,
+    }
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_config, f)
+    if config is not None:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f)
+    return tok
