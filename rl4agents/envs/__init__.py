@@ -4,6 +4,7 @@ jitted ones and "host", Python text environments; `registry.backend(name)` tells
 from rl4agents.envs import (  # noqa: F401 (each module registers its environment by name)
     countdown,
     frozen_lake,
+    guess_number,
     host,
     household,
     maze,

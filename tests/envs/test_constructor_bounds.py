@@ -164,6 +164,13 @@ BAD = [
     _case("household", "max_steps", 0),
     _case("household", "num_candidates", 0),
     *_neg_rewards("household", "goal_reward", "progress_reward", "invalid_penalty"),
+    # guess_number
+    _case("guess_number", "max_value", 0),
+    _case("guess_number", "max_value", 100),
+    _case("guess_number", "ood_max_value", 0),
+    _case("guess_number", "ood_max_value", 100),
+    _case("guess_number", "max_turns", 0),
+    *_neg_rewards("guess_number", "invalid_penalty"),
     # test_fraction of every env: out of (0, 1), and below / above the 1/1000 hash resolution.
     *[
         _case(name, "test_fraction", value)
@@ -209,6 +216,7 @@ ALLOWED = [
     ("terminal", dict(depth=3, min_key_depth=3, ood_depth=3)),
     ("household", dict(goal_reward=0.0, invalid_penalty=0.0, progress_reward=0.0)),
     ("household", dict(num_objects=2, ood_num_objects=18, max_steps=1)),
+    ("guess_number", dict(max_value=1, ood_max_value=99, max_turns=1, invalid_penalty=0.0)),
 ]
 
 

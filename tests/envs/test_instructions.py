@@ -29,7 +29,7 @@ from rl4agents import config_utils, envs
 from rl4agents.envs import instructions
 from tests.envs.chars import CharTokenizer
 
-ENVS = base_policy.ENVS
+ENVS = (*base_policy.ENVS, "guess_number")  # the base policy's ten and the example
 B = 16  # reset states per check
 WIDTH = 32  # action token budget: the longest example is 25 characters
 JUNK = "jump"

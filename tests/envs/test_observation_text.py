@@ -137,8 +137,8 @@ def _texts(name: str, seed: int = 0) -> tuple[frozenset[str], tuple[str, ...]]:
     return vocabulary(env), tuple(texts)
 
 
-def test_names__the_ten_environments_and_known_defects():
-    assert len(registry.names()) == 10 and set(GLUED) <= set(registry.names())
+def test_names__the_eleven_environments_and_known_defects():
+    assert len(registry.names()) == 11 and set(GLUED) <= set(registry.names())
 
 
 @pytest.mark.parametrize(
