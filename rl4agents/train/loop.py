@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import signal
 import time
 from typing import Any
@@ -490,6 +491,8 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
         # CPU seconds (user + system, every thread) of the process that wrote this summary:
         # what a study's CPU-hours add up (a resumed run counts its last process only).
         "process_cpu_s": round(time.process_time(), 1),
+        # Peak resident memory of that process so far (Linux reports ru_maxrss in KiB).
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "first_step_s": None if compile_s is None else round(compile_s, 2),
         "milestones": milestones,
         "finished": bool(final),

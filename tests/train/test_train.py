@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -220,6 +221,8 @@ def test_loop__interrupted_during_evaluation_redoes_it_on_resume(tmp_path, full_
     assert summary["finished"] and not summary["interrupted"]
     assert _rows(workdir) == _rows(full_run)
     assert 0 < summary["process_cpu_s"] <= time.process_time()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    assert 0.05 < summary["peak_rss_gb"] <= peak + 1e-3  # this process: at least JAX's runtime
 
 
 def test_loop__interrupted_in_the_final_evaluation_finishes_on_rerun(
