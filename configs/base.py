@@ -63,7 +63,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # actions assistant messages in the checkpoint's chat template, each action ending at its
     # end-of-turn token. "auto" = when the checkpoint has a template | "on" | "off".
     c.model.chat = "auto"
-    c.model.system_prompt = ""  # system message opening every episode ("" = none)
+    # System message opening every episode: "" none, "auto" the environment's instruction
+    # (rl4agents.envs.instructions: the task, the observation's symbols, the exact actions).
+    c.model.system_prompt = ""
     # One parameter set per role (rl4agents.models.roles): R >= 2 trains R sets stacked on a
     # leading axis, turn k played by set k mod R (an environment of R agents taking turns,
     # e.g. two_agent: R = 2). 0 or 1 = one set shared by every role.

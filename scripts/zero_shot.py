@@ -1,4 +1,4 @@
-"""Zero-shot evaluation of a pretrained Hugging Face model on the ten environments.
+"""Zero-shot evaluation of a pretrained Hugging Face model on the environments.
 
   python scripts/zero_shot.py --model=DIR --out=experiments/results/real_model --num_tasks=128
   python scripts/zero_shot.py --model=DIR --out=OUT --num_tasks=2 --envs=frozen_lake,countdown
@@ -48,12 +48,13 @@ import ml_collections  # noqa: E402
 
 from configs import base_policy  # noqa: E402
 from rl4agents import config_utils  # noqa: E402
-from rl4agents.envs import instructions  # noqa: E402
 from rl4agents.train import experiment, loop, resolve, writers  # noqa: E402
 
-ENVS = base_policy.ENVS  # the ten environments
+# The base policy's ten environments, then guess_number: the short-context task for RL of a
+# pretrained model (configs/guess_number.py).
+ENVS = (*base_policy.ENVS, "guess_number")
 SPLIT = "test"
-AUTO = "auto"  # --system_prompt: the environment's instruction (rl4agents.envs.instructions)
+AUTO = resolve.AUTO_PROMPT  # --system_prompt: the environment's instruction
 CSV_NAME, MD_NAME, COMMAND_NAME = "zero_shot.csv", "zero_shot.md", "command.txt"
 COLUMNS = (
     "env",
@@ -119,9 +120,8 @@ def env_config(
     c.unlock()
     c.model.checkpoint = os.fspath(model)
     c.env.vocab = "builtin"  # the checkpoint's tokenizer (resolve.make_env)
-    if system_prompt == AUTO:
-        system_prompt = instructions.get(env, config_utils.to_dict(c.env[env])).text
     c.model.system_prompt = system_prompt
+    c.model.system_prompt = resolve.system_prompt(c)  # "auto": the instruction's text
     c.model.dtype = dtype
     if max_turns_cap:
         c.rollout.max_turns = min(c.rollout.max_turns, max_turns_cap)

@@ -30,6 +30,7 @@ from flax import nnx
 from rl4agents import checks, config_utils, credit, envs, losses, memory, sharding, text
 from rl4agents.credit import tree as credit_tree
 from rl4agents.envs import base as envs_base
+from rl4agents.envs import instructions
 from rl4agents.models import chat, hf, hf_tokenizer
 from rl4agents.models import lora as lora_lib
 from rl4agents.models import policy as policy_lib
@@ -140,6 +141,22 @@ def make_env(c: ml_collections.ConfigDict) -> Any:
 
 
 CHAT_MODES = ("auto", "on", "off")  # model.chat
+AUTO_PROMPT = "auto"  # model.system_prompt: the environment's instruction
+
+
+def system_prompt(c: ml_collections.ConfigDict) -> str:
+    """The text of `model.system_prompt`: "auto" is the environment's instruction under its
+    config's settings (`rl4agents.envs.instructions`, which names the task, the observation's
+    symbols and the exact actions); "" is none; any other value is the text itself.
+
+    Raises:
+      KeyError: "auto" for an environment without an instruction (naming those with one).
+    """
+    text = c.model.get("system_prompt", "")
+    if text != AUTO_PROMPT:
+        return text
+    name = c.env.name
+    return instructions.get(name, config_utils.to_dict(c.env.get(name, {}))).text
 
 
 def chat_format(c: ml_collections.ConfigDict, tokenizer: Any) -> chat.ChatFormat | None:
@@ -159,7 +176,7 @@ def chat_format(c: ml_collections.ConfigDict, tokenizer: Any) -> chat.ChatFormat
             f"model.chat='on' but {tokenizer.folder} has no chat template; allowed: 'auto' "
             "or 'off' for a checkpoint without one"
         )
-    return chat.ChatFormat.from_tokenizer(tokenizer, c.model.get("system_prompt", ""))
+    return chat.ChatFormat.from_tokenizer(tokenizer, system_prompt(c))
 
 
 def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.ModelConfig:

@@ -343,6 +343,14 @@ def test_make_env__model_chat_frames_a_checkpoints_episodes(tmp_path):
     env = make(system_prompt="Reply with one move.")  # model.chat="auto"
     assert isinstance(env, base.ChatEnv) and env.tokenizer.lenient_actions
     assert env.tokenizer.chat.system_prompt == "Reply with one move."
+    # "auto": the environment's instruction under the config's settings.
+    from rl4agents.envs import instructions
+
+    c = frozen_lake.get_config()
+    want = instructions.get("frozen_lake", c.env.frozen_lake.to_dict()).text
+    assert "compact" not in want and "row by row with no line breaks" in want  # compact=True
+    assert make(system_prompt="auto").tokenizer.chat.system_prompt == want
+    assert make(system_prompt="").tokenizer.chat.system_prompt in ("", None)
     assert env.max_prompt_len > env.env.max_prompt_len and env.action_table.lenient is not None
     plain = make(chat="off")
     assert not isinstance(plain, base.ChatEnv) and plain.action_table.lenient is None
