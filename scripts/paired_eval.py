@@ -3,13 +3,13 @@
   python scripts/paired_eval.py --sweep=runs/sweeps/learning \
       --out=experiments/results/learning/study_15min --num_tasks=512
 
-For every environment of the study, the start policy (the runs' `init.params`, one per
-environment) and the latest checkpoint of each finished run are evaluated, greedy and sampled,
-on the same `--num_tasks` fixed tasks of `--split` (the runs' `train.eval_seed`), task by task
-(`Experiment.task_outcomes_fn`). Because every policy meets the same tasks, the change from the
-start policy is paired: its 95% interval comes from a bootstrap that resamples seeds and tasks
-(`results.paired_bootstrap_ci`), so it covers both the spread between training runs and the
-sampling of the evaluation tasks.
+For every environment of the study, the start policy (the runs' `init.params`, or the
+pretrained weights of their `model.checkpoint`; one per environment) and the latest checkpoint
+of each finished run are evaluated, greedy and sampled, on the same `--num_tasks` fixed tasks
+of `--split` (the runs' `train.eval_seed`), task by task (`Experiment.task_outcomes_fn`).
+Because every policy meets the same tasks, the change from the start policy is paired: its 95%
+interval comes from a bootstrap that resamples seeds and tasks (`results.paired_bootstrap_ci`),
+so it covers both the spread between training runs and the sampling of the evaluation tasks.
 
 Writes to --out:
   per_task.csv   the raw outcomes: env, policy ("base" or "rl"), seed, task, greedy/sampled
@@ -68,6 +68,15 @@ def load_config(workdir: str):
     with open(os.path.join(workdir, results.CONFIG_NAME)) as f:
         config.update(json.load(f))
     return config
+
+
+def start_policy(config) -> tuple[str, str] | None:
+    """What a run starts from: ("init.params", path) for a saved policy, ("model.checkpoint",
+    folder) for pretrained weights (LoRA adapters, if any, at zero), None for a random init."""
+    if config.init.params:
+        return ("init.params", config.init.params)
+    checkpoint = config.model.get("checkpoint", "")
+    return ("model.checkpoint", checkpoint) if checkpoint else None
 
 
 def run_params(exp, config, workdir: str):
@@ -186,28 +195,30 @@ def main() -> None:
     for env, runs in by_env.items():
         runs.sort(key=lambda r: r["seed"])
         first = load_config(runs[0]["workdir"])
-        if not first.init.params:
+        start = start_policy(first)
+        if start is None:
             sys.exit(
-                f"error: {runs[0]['workdir']}: no init.params; allowed: runs that start "
-                "from a saved policy"
+                f"error: {runs[0]['workdir']}: no init.params and no model.checkpoint; allowed: "
+                "runs that start from a saved policy or a pretrained checkpoint"
             )
         exp = experiment.build(first)
-        base_params = sft.load_params(
-            first.init.params,
-            exp.abstract_state().params,
-            exp.config_json,
-            experiment.INIT_COMPAT_KEYS,
-            compat_defaults=experiment.COMPAT_DEFAULTS,
-        )
+        if first.init.params:
+            base_params = sft.load_params(
+                first.init.params,
+                exp.abstract_state().params,
+                exp.config_json,
+                experiment.INIT_COMPAT_KEYS,
+                compat_defaults=experiment.COMPAT_DEFAULTS,
+            )
+        else:  # LoRA adapters start at zero: the pretrained model's own policy
+            base_params = exp.pretrained_params()
         base_out = outcomes(exp, base_params, args.split, args.num_tasks)
         for i in range(args.num_tasks):
             raw.append(_row(env, "base", "", i, base_out))
         rl_outs, minutes, steps, cpu_s = [], [], [], []
         for r in runs:
             config = load_config(r["workdir"])
-            if config.init.params != first.init.params or config.train.eval_seed != (
-                first.train.eval_seed
-            ):
+            if start_policy(config) != start or config.train.eval_seed != first.train.eval_seed:
                 sys.exit(
                     f"error: {r['workdir']}: another start policy or eval seed than "
                     f"{runs[0]['workdir']}; allowed: one of each per environment"

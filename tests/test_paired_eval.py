@@ -112,3 +112,14 @@ def test_saved_run_dirs__the_env_s_seed_folders_with_metrics_only(paired_eval, t
     assert paired_eval.saved_run_dirs(str(tmp_path / "none"), "maze") == []
     held_out, train = paired_eval.run_curves(found[0], "test", 0.25)
     assert held_out == [(0, 0.25)] and train == [(1, 0.5)]
+
+
+def test_start_policy__saved_policy_else_pretrained_checkpoint_else_none(paired_eval):
+    from configs import base
+
+    config = base.get_config()
+    assert paired_eval.start_policy(config) is None
+    config.model.checkpoint = "runs/models/m"
+    assert paired_eval.start_policy(config) == ("model.checkpoint", "runs/models/m")
+    config.init.params = "runs/base"  # a saved policy wins: its parameters are the start
+    assert paired_eval.start_policy(config) == ("init.params", "runs/base")
