@@ -248,6 +248,7 @@ def test_frozen_lake_sft_variant__the_quickstart_recipe():
 ENV_CONFIGS = (
     "countdown",
     "frozen_lake",
+    "guess_number",
     "household",
     "maze",
     "search_qa",

@@ -164,3 +164,30 @@ def test_env_config__system_prompt_auto_is_the_instruction_explicit_wins_empty_n
         zero_shot.env_config("frozen_lake", str(folder), 2, system_prompt="").model.system_prompt
         == ""
     )
+
+
+def test_real_model_config__lora_instruction_chat_and_refused_critics(tmp_path):
+    """configs/real_model.py: any environment's config with a checkpoint as the policy, LoRA,
+    the environment's instruction as system message; its runs pass the start-up checks."""
+    from rl4agents import config_utils
+    from rl4agents.envs import instructions
+    from rl4agents.models import chat
+    from rl4agents.train import experiment, resolve
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    c = config_utils.load_config_file(f"{root}/configs/real_model.py:guess_number")
+    assert c.env.name == "guess_number" and c.model.checkpoint.endswith("smollm2-135m-instruct")
+    assert (c.model.lora.rank, c.model.system_prompt, c.credit.name) == (16, "auto", "grpo")
+    assert c.rollout.max_action_len == 16 and c.env.vocab == "builtin"
+    c.unlock()
+    c.model.checkpoint = _checkpoint(tmp_path / "m")
+    c.lock()
+    experiment.build(c, check_only=True)
+    env = resolve.make_env(c)
+    want = instructions.get("guess_number", config_utils.to_dict(c.env.guess_number)).text
+    assert isinstance(env.tokenizer.chat, chat.ChatFormat)
+    assert env.tokenizer.chat.system_prompt == want
+    rloo = config_utils.load_config_file(f"{root}/configs/real_model.py:frozen_lake,rloo")
+    assert rloo.env.name == "frozen_lake" and rloo.credit.name == "rloo"
+    with pytest.raises(ValueError, match="credit variant 'ppo_gae' needs a value head"):
+        config_utils.load_config_file(f"{root}/configs/real_model.py:guess_number,ppo_gae")
