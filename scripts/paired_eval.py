@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from configs import base  # noqa: E402
 from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
 from rl4agents import results  # noqa: E402
-from rl4agents.train import experiment, sft, writers  # noqa: E402
+from rl4agents.train import experiment, writers  # noqa: E402
 
 COLUMNS = results.LEARNING_COLUMNS
 EXTRA = (
@@ -203,13 +203,7 @@ def main() -> None:
             )
         exp = experiment.build(first)
         if first.init.params:
-            base_params = sft.load_params(
-                first.init.params,
-                exp.abstract_state().params,
-                exp.config_json,
-                experiment.INIT_COMPAT_KEYS,
-                compat_defaults=experiment.COMPAT_DEFAULTS,
-            )
+            base_params = exp.saved_params(first.init.params)
         else:  # LoRA adapters start at zero: the pretrained model's own policy
             base_params = exp.pretrained_params()
         base_out = outcomes(exp, base_params, args.split, args.num_tasks)

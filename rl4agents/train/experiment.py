@@ -16,12 +16,15 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rl4agents import config_utils, credit, sharding
 from rl4agents.models import hf, roles
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import resolve as resolve_lib
+from rl4agents.train import sft as sft_lib
 from rl4agents.train import state as state_lib
 from rl4agents.train import step as step_lib
 
@@ -152,6 +155,44 @@ class Experiment:
             shapes,
             self.state_shardings,
         )
+
+    def saved_params(self, directory: str, fresh: Any = None) -> Any:
+        """The parameters saved in `directory` (`init.params`: a scripts/sft.py or
+        scripts/pretrain.py workdir) placed in this run's shardings (`sft.load_params`, with
+        `fresh` and `init.critic` for a value head the saved policy lacks).
+
+        With `model.role_params` = R >= 2 and one saved set, every role's set starts as a copy
+        of it, as from a pretrained checkpoint; a saved run with R sets restores as it is.
+        """
+        target = self.abstract_state().params
+        num_roles = self.step_cfg.rollout.role_params
+        stored = sft_lib.stored_config_value(directory, "model.role_params", 0)
+        keys = INIT_COMPAT_KEYS
+        one_set = roles.active(num_roles) and not roles.active(stored)
+        if one_set:  # restore one set (no role axis), then stack R copies
+            keys = tuple(k for k in keys if k != "model.role_params")
+            stacked = target
+            target = jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(
+                    x.shape[1:],
+                    x.dtype,
+                    sharding=NamedSharding(x.sharding.mesh, P(*x.sharding.spec[1:])),
+                ),
+                stacked,
+            )
+        params = sft_lib.load_params(
+            directory,
+            target,
+            self.config_json,
+            keys,
+            compat_defaults=COMPAT_DEFAULTS,
+            fresh=fresh,
+            critic_init=self.config.init.get("critic", "fresh"),
+        )
+        if one_set:
+            shardings = jax.tree.map(lambda x: x.sharding, stacked)
+            params = jax.device_put(roles.stack(params, num_roles), shardings)
+        return params
 
     def pretrained_params(self) -> Any:
         """The policy parameters of `model.checkpoint`, placed in their training shardings.

@@ -28,7 +28,6 @@ import tqdm
 from rl4agents import checkpoint as checkpoint_lib
 from rl4agents import distributed, provenance
 from rl4agents.train import experiment as experiment_lib
-from rl4agents.train import sft as sft_lib
 from rl4agents.train import writers
 
 EVAL_KEYS = experiment_lib.EVAL_KEYS
@@ -420,18 +419,9 @@ def _warm_start(exp, state, directory: str):
 
     The KL reference, if any, is the warm-started policy (as in RLHF after SFT). A value head
     the saved policy lacks starts from `state`'s initialisation or, for a separate critic with
-    `init.critic="policy"`, as a copy of the saved policy (`sft.load_params`).
+    `init.critic="policy"`, as a copy of the saved policy (`Experiment.saved_params`).
     """
-    params = sft_lib.load_params(
-        directory,
-        exp.abstract_state().params,
-        exp.config_json,
-        experiment_lib.INIT_COMPAT_KEYS,
-        compat_defaults=experiment_lib.COMPAT_DEFAULTS,
-        fresh=state.params,
-        critic_init=exp.config.init.get("critic", "fresh"),
-    )
-    return _start_from(state, params)
+    return _start_from(state, exp.saved_params(directory, fresh=state.params))
 
 
 def _init_wall(c) -> float:

@@ -332,7 +332,7 @@ def check_role_params(
     """Check `model.role_params` (`models.roles`): 0 or 1 is one shared parameter set; R >= 2
     stacks one set per role, for an environment whose `num_agents` = R agents take turns, and
     refuses what does not yet handle a role axis (LoRA, a value head, branching, host
-    environments, ECHO, a warm start from saved parameters)."""
+    environments, ECHO). A warm start from one saved set gives every role a copy of it."""
     num = c.model.get("role_params", 0)
     if isinstance(num, bool) or not isinstance(num, int) or num < 0:
         raise ValueError(
@@ -353,7 +353,6 @@ def check_role_params(
         ("model.value_head", model_cfg.value_head, model_cfg.value_head != "none", "'none'"),
         ("rollout.branch.rule", c.rollout.branch.rule, branch is not None, "'none'"),
         ("loss.echo_coef", c.loss.echo_coef, c.loss.echo_coef > 0, "0"),
-        ("init.params", c.init.get("params", ""), bool(c.init.get("params", "")), "''"),
     )
     for field, value, bad, allowed in refused:
         if bad:

@@ -383,9 +383,28 @@ def _keys(path) -> tuple:
 
 def _stored_value_head(config_path: str) -> str:
     """`model.value_head` of the config saved beside the parameters ("none" if unset)."""
+    return _stored(config_path, "model.value_head", "none")
+
+
+def _stored(config_path: str, key: str, default: Any) -> Any:
+    """The dotted `key` of the config file `config_path` (`default` where it is unset)."""
     with open(config_path) as f:
-        stored = json.load(f)
-    return (stored.get("model") or {}).get("value_head", "none")
+        node = json.load(f)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def stored_config_value(directory: str, key: str, default: Any) -> Any:
+    """The dotted `key` of the config saved with the parameters in `directory` (a workdir
+    holding `params/`, or that folder), `default` where it is unset or nothing is saved."""
+    path = directory
+    if os.path.isdir(os.path.join(directory, PARAMS_DIR)):
+        path = os.path.join(directory, PARAMS_DIR)
+    config_path = os.path.join(path, checkpoint_lib.CONFIG_NAME)
+    return _stored(config_path, key, default) if os.path.isfile(config_path) else default
 
 
 def make_optimizer(cfg: SFTConfig) -> optax.GradientTransformation:

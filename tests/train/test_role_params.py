@@ -27,7 +27,7 @@ from rl4agents import config_utils, memory, sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.models import roles
 from rl4agents.rollout import rollout as rollout_lib
-from rl4agents.train import experiment, loop, microbatch, objective, resolve, views
+from rl4agents.train import experiment, loop, microbatch, objective, resolve, sft, views
 from rl4agents.train import step as step_lib
 
 
@@ -314,3 +314,27 @@ def test_eval_cli__swap_roles_adds_the_control_row(tmp_path):
         assert {k: row[k] for k in ("greedy_success", "sampled_success")} == {
             k: ref[k] for k in ("greedy_success", "sampled_success")
         }
+
+
+def test_warm_start__one_saved_set_starts_every_role_and_stacked_sets_restore(tmp_path):
+    """`init.params` holding one set (a base policy) gives each role a copy of it; a saved run
+    of R sets restores as it is; a run with one set refuses R saved sets in one line."""
+    single = experiment.build(tiny_config(**{"model.role_params": 0}), mesh=one_device_mesh())
+    params = one_set(5)
+    keys = experiment.INIT_COMPAT_KEYS
+    sft.save_params(str(tmp_path / "one"), params, 0, single.config_json, keys)
+    got = role_exp().saved_params(str(tmp_path / "one"))
+    want = jax.tree.leaves(params)
+    for leaf, ref in zip(jax.tree.leaves(got), want, strict=True):
+        assert leaf.shape == (2, *ref.shape) and leaf.sharding.spec[0] is None
+        np.testing.assert_array_equal(leaf[0], ref)
+        np.testing.assert_array_equal(leaf[1], ref)
+    stacked = jax.tree.map(lambda a, b: jnp.stack([a, b]), one_set(0), one_set(1))
+    sft.save_params(str(tmp_path / "two"), stacked, 0, role_exp().config_json, keys)
+    got = role_exp().saved_params(str(tmp_path / "two"))
+    for leaf, ref in zip(jax.tree.leaves(got), jax.tree.leaves(stacked), strict=True):
+        np.testing.assert_array_equal(leaf, ref)
+    with pytest.raises(ValueError, match="model.role_params"):
+        single.saved_params(str(tmp_path / "two"))
+    # A run's start-up accepts the warm start (the refusal is gone).
+    experiment.build(tiny_config(**{"init.params": str(tmp_path / "one")}), check_only=True)
