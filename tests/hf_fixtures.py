@@ -60,3 +60,32 @@ def write_chatml_tokenizer(folder, corpus, vocab_size=300, bos_token="<|im_start
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(config, f)
     return tok
+
+
+def write_tiny_llama(folder, corpus, seed=0, **config):
+    """A random Llama with a ChatML BPE tokenizer (`write_chatml_tokenizer` on `corpus`) saved to
+    `folder` as a Hugging Face checkpoint; `config` overrides the `transformers.LlamaConfig`
+    fields (default: vocab 320, d=32, d_ff 64, 1 layer, 2 heads, 1 KV head, 2,048 positions,
+    untied head).
+
+    Returns (the `tokenizers.Tokenizer`, the `transformers.LlamaForCausalLM`), the model as
+    saved, for a test to adjust and save again.
+    """
+    import torch
+    import transformers
+
+    tok = write_chatml_tokenizer(folder, corpus)
+    fields = dict(
+        vocab_size=320,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**fields, **config}))
+    model.save_pretrained(str(folder), safe_serialization=True)
+    return tok, model

@@ -19,6 +19,7 @@ import pytest
 from absl import flags
 
 from rl4agents import results, sweep
+from tests.hf_fixtures import write_tiny_llama
 from tests.scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -830,6 +831,10 @@ def test_stats_helpers():
         results.parse_metric("x:best")
 
 
+# Studies whose runs start from a pretrained checkpoint, and the variable naming its folder.
+CHECKPOINT_STUDIES = {"real_model_rl.py": "REAL_MODEL_DIR"}
+
+
 # Every committed study plans: it loads, and each of its runs' configs resolves and passes
 # the start-up checks, so a study file cannot rot between the sessions that run it.
 
@@ -837,8 +842,12 @@ def test_stats_helpers():
 @pytest.mark.parametrize(
     "study", sorted(p.name for p in (ROOT / "experiments").glob("*.py")), ids=lambda s: s[:-3]
 )
-def test_committed_study__plans_and_every_config_passes_checks(study, monkeypatch):
+def test_committed_study__plans_and_every_config_passes_checks(study, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
+    if study in CHECKPOINT_STUDIES:  # its runs start from a checkpoint folder: a tiny one
+        pytest.importorskip("transformers")
+        write_tiny_llama(tmp_path / "model", ["guess 12 higher lower correct\n"] * 50)
+        monkeypatch.setenv(CHECKPOINT_STUDIES[study], str(tmp_path / "model"))
     planned = sweep.load_study(f"experiments/{study}")
     assert planned.runs, f"{study} plans no runs"
     for run in planned.runs:

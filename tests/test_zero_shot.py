@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from tests.hf_fixtures import needs, write_chatml_tokenizer
+from tests.hf_fixtures import needs, write_chatml_tokenizer, write_tiny_llama
 from tests.scripts import load_script
 
 pytestmark = needs("torch", "transformers", "tokenizers", "safetensors", "jinja2")
@@ -23,33 +23,20 @@ def zero_shot():
     return load_script("zero_shot")
 
 
+# Mostly moves: " up", " down", " left" and " right" become single tokens.
+CORPUS = ["go up down left right\n"] * 50 + ["invalid action\n", "calc 3 + 4 = 7 answer\n"] * 20
+
+
 def _tokenizer(folder: pathlib.Path):
     """A ChatML byte-level BPE of 300 tokens written to `folder` (tokenizer files only)."""
-    # Mostly moves: " up", " down", " left" and " right" become single tokens.
-    corpus = ["go up down left right\n"] * 50
-    return write_chatml_tokenizer(
-        folder, corpus + ["invalid action\n", "calc 3 + 4 = 7 answer\n"] * 20
-    )
+    return write_chatml_tokenizer(folder, CORPUS)
 
 
 def _checkpoint(folder: pathlib.Path) -> str:
     """A random 1-layer Llama with a ChatML byte-level BPE of 300 tokens (vocab_size 320)."""
     import torch
-    import transformers
 
-    tok = _tokenizer(folder)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=320,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config)
+    tok, model = write_tiny_llama(folder, CORPUS)
     with torch.no_grad():
         # A policy that mostly writes moves, so that frozen_lake's numbers are not all 0 or 1:
         # every embedding gets a first component of 1, far above the others (~0.02), which the

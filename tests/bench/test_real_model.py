@@ -19,7 +19,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 sys.path.append(os.path.join(_REPO, "scripts"))  # `benchlib` lives beside the scripts
 from benchlib import real_model  # noqa: E402
 
-from tests.hf_fixtures import needs, write_chatml_tokenizer  # noqa: E402
+from tests.hf_fixtures import needs, write_tiny_llama  # noqa: E402
 from tests.scripts import load_script  # noqa: E402
 
 pytestmark = needs("torch", "transformers", "tokenizers", "safetensors", "jinja2")
@@ -30,16 +30,10 @@ SIZES = real_model.Sizes(prompts=2, prompt_len=24, new_tokens=4, group=4)
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """A random 2-layer Llama (d=32, vocab 320, tied embeddings) with a 300-token ChatML BPE."""
-    import torch
-    import transformers
-
     path = tmp_path_factory.mktemp("tiny_llama")
-    write_chatml_tokenizer(path, [real_model.QUESTIONS[0], real_model.ANSWER] * 50)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=320,
-        hidden_size=32,
-        intermediate_size=64,
+    write_tiny_llama(
+        path,
+        [real_model.QUESTIONS[0], real_model.ANSWER] * 50,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -47,7 +41,6 @@ def folder(tmp_path_factory):
         initializer_range=0.1,  # spread-out logits: log-probs far from uniform
         tie_word_embeddings=True,
     )
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
     return str(path)
 
 
