@@ -48,10 +48,10 @@ class GuessNumberState:
 
 @registry.register("guess_number")
 class GuessNumber(base.TextEnv):
-    """Each turn the agent answers "guess n"; the reply says "higher", "lower" or "correct".
+    """Each turn the agent answers a number n; the reply says "higher", "lower" or "correct".
 
     A correct guess pays 1 and ends the episode; `max_turns` turns end it unsolved; a turn
-    that is not "guess n" with n in [0, max_value] costs `invalid_penalty`. Secrets split by
+    that names no number in [0, max_value] costs `invalid_penalty`. Secrets split by
     `hash_u32(secret)`; "ood" draws from [0, ood_max_value].
     """
 
@@ -65,13 +65,13 @@ class GuessNumber(base.TextEnv):
         tokenizer: text.Tokenizer | None = None,
     ):
         super().__init__(base.settings(GuessNumberConfig, locals()), tokenizer)
-        guesses = {f"guess {v}": f"guess {v}" for v in range(max_value + 1)}
+        guesses = {str(v): str(v) for v in range(max_value + 1)}
         self.action_table = text.FragmentTable.build(self.tokenizer, guesses)  # id = value
         self._frags = text.FragmentTable.build(
             self.tokenizer,
             {
                 **{r: r for r in REPLIES},
-                "invalid": "invalid action allowed: guess n",
+                "invalid": f"invalid action allowed: a number from 0 to {max_value}",
                 "prompt": f"guess the number from 0 to {max_value} in {max_turns} turns",
                 "end": "\n",  # ends every observation: the policy's next token is its action
             },

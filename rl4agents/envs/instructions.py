@@ -191,12 +191,12 @@ def _guess_number(s: Mapping[str, Any]) -> Instruction:
     n, turns = s["max_value"], s["max_turns"]
     text = (
         f"You play a guessing game: find the secret number from 0 to {n} in {turns} turns. "
-        f"Each turn reply with one guess, guess N, e.g. {_q('guess 7')}. The reply is "
+        f"Each turn reply with one number, e.g. {_q('7')}. The reply is "
         f"{_q('higher')} when the secret is larger than your guess, {_q('lower')} when it is "
         f"smaller, and {_q('correct')} ends the game with a win. Halve the range of values the "
-        "replies still allow with every guess. Reply with the guess only."
+        "replies still allow with every guess. Reply with the number only."
     )
-    return Instruction(text, ("guess 7",), ("higher", "lower", "correct"))
+    return Instruction(text, ("7",), ("higher", "lower", "correct"))
 
 
 @_register("search_qa")

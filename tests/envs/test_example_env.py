@@ -62,7 +62,7 @@ def test_example__implements_the_protocol_with_one_source_of_settings(module, en
     defaults = {k: p.default for k, p in params.items() if k != "tokenizer"}
     assert defaults == dataclasses.asdict(module.GuessNumberConfig())
     assert env.config == module.GuessNumberConfig()
-    assert env.num_actions == 64 and env.max_action_len == 3  # "guess" "1" "2"
+    assert env.num_actions == 64 and env.max_action_len == 2  # "6" "3"
     with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
         module.GuessNumber(max_turns=0)
     with pytest.raises(ValueError, match="unknown split 'val'"):
