@@ -15,9 +15,9 @@ and a critic-free credit variant (default grpo). The environment keeps its own c
 - each episode opens with the environment's instruction as the system message
   (`model.system_prompt="auto"`), as in `scripts/zero_shot.py`;
 - LoRA of rank 16 (alpha 32) on every projection, float32 master weights, at learning rate
-  1e-4 (docs/real_model.md, "LoRA");
-- replies of up to 16 tokens (`rollout.max_action_len`): a chat model writes "Guess 32." or
-  "I'll guess 32" where the built-in vocabulary's policy writes two tokens;
+  1e-4 (docs/real_model.md, "LoRA"), and rematerialised layers in the update;
+- replies of up to 16 tokens (`rollout.max_action_len`): a chat model writes "The number is
+  32." where the built-in vocabulary's policy writes two tokens;
 - 4 tasks x 8 samples a step and 128 held-out evaluation tasks every 10 steps: a 135M-parameter
   model on the 2-core CPU takes minutes per step, not seconds.
 """
@@ -43,6 +43,9 @@ def get_config(arg: str | None = None):
     c.model.system_prompt = "auto"
     c.model.lora.rank = 16
     c.model.lora.alpha = 32.0
+    # Without rematerialisation the update of 32 episodes of a 30-layer model keeps about
+    # 15 GiB of activations (the start-up memory estimate refuses it); with it, one layer's.
+    c.model.remat = True
     c.rollout.max_action_len = max(16, c.rollout.max_action_len)
     c.rollout.num_tasks = 4
     c.rollout.group_size = 8

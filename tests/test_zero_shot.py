@@ -5,6 +5,7 @@ parameters, and a second invocation skips what the CSV holds."""
 from __future__ import annotations
 
 import csv
+import json
 import pathlib
 
 import pytest
@@ -153,10 +154,31 @@ def test_env_config__system_prompt_auto_is_the_instruction_explicit_wins_empty_n
     )
 
 
+SMOLLM2_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 100000.0,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 2,
+}
+
+
 def test_real_model_config__lora_instruction_chat_and_refused_critics(tmp_path):
     """configs/real_model.py: any environment's config with a checkpoint as the policy, LoRA,
     the environment's instruction as system message; its runs pass the start-up checks."""
-    from rl4agents import config_utils
+    from rl4agents import config_utils, memory
     from rl4agents.envs import instructions
     from rl4agents.models import chat
     from rl4agents.train import experiment, resolve
@@ -174,6 +196,21 @@ def test_real_model_config__lora_instruction_chat_and_refused_critics(tmp_path):
     want = instructions.get("guess_number", config_utils.to_dict(c.env.guess_number)).text
     assert isinstance(env.tokenizer.chat, chat.ChatFormat)
     assert env.tokenizer.chat.system_prompt == want
+    # SmolLM2-135M's dimensions (its config.json, a tiny tokenizer): the run fits the 2 x 11.77
+    # GiB of this project's CPU machine only with rematerialised layers.
+    smol = tmp_path / "smol"
+    write_chatml_tokenizer(smol, CORPUS)
+    (smol / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
+    c.unlock()
+    c.model.checkpoint = str(smol)
+    c.lock()
+    budget = int(11.77 * 2**30)
+    memory.check_fits(resolve.resolve(c, check_only=True), 2, budget)
+    c.unlock()
+    c.model.remat = False
+    c.lock()
+    with pytest.raises(ValueError, match="does not fit"):
+        memory.check_fits(resolve.resolve(c, check_only=True), 2, budget)
     rloo = config_utils.load_config_file(f"{root}/configs/real_model.py:frozen_lake,rloo")
     assert rloo.env.name == "frozen_lake" and rloo.credit.name == "rloo"
     with pytest.raises(ValueError, match="credit variant 'ppo_gae' needs a value head"):
