@@ -6,6 +6,8 @@ the reward and the observation, then the outcome.
       --params=runs/base_policy_v3 --num=8 --greedy --out=wordle.txt
   # a trained run (its own config), sampled at temperature 0.7
   python scripts/show_episodes.py --workdir=runs/fl --num=4 --temperature=0.7
+  # a pretrained chat model, zero-shot
+  python scripts/show_episodes.py --config=configs/real_model.py:guess_number --greedy
 
 The episodes are played by the rollout of training and evaluation (`rollout.rollout`, jitted,
 one sample per task) on the tasks of an evaluation: the first `--num` of the task keys that
@@ -13,7 +15,8 @@ one sample per task) on the tasks of an evaluation: the first `--num` of the tas
 episode i is task i of `scripts/eval.py`'s table. Tokens are decoded with the environment's
 own tokenizer. The policy is `--params` (a scripts/pretrain.py or scripts/sft.py workdir, as
 `--config.init.params` takes it; default: the config's `init.params`), a run's checkpoint
-(`--workdir`, `--step`), or, with neither, the config's random initialisation.
+(`--workdir`, `--step`), or, with neither, the weights of the config's `model.checkpoint`
+(a pretrained model, LoRA adapters at zero) or else its random initialisation.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from configs import base  # noqa: E402
 from rl4agents import checkpoint as checkpoint_lib  # noqa: E402
 from rl4agents import config_utils, sharding  # noqa: E402
 from rl4agents.rollout import rollout as rollout_lib  # noqa: E402
-from rl4agents.train import experiment, sft  # noqa: E402
+from rl4agents.train import experiment  # noqa: E402
 
 SPLITS = ("train", "test", "ood")
 _CONFIG = config_utils.define_config_flag("Config file (FILE[:ARG]); not with --workdir.")
@@ -275,16 +278,12 @@ def main(argv):
         params, source = _checkpoint_params(exp, _WORKDIR.value, _STEP.value)
     elif params_dir:
         try:
-            params = sft.load_params(
-                params_dir,
-                exp.abstract_state().params,
-                exp.config_json,
-                experiment.INIT_COMPAT_KEYS,
-                compat_defaults=experiment.COMPAT_DEFAULTS,
-            )
+            params = exp.saved_params(params_dir)
         except (FileNotFoundError, ValueError) as e:
             config_utils.fail(config_utils.one_line(str(e)))
         source = f"parameters of {params_dir}"
+    elif config.model.get("checkpoint", ""):
+        params, source = exp.pretrained_params(), f"pretrained {config.model.checkpoint}"
     else:
         params, source = exp.init_state(exp.root_key()).params, f"random init (seed {config.seed})"
     seed = config.train.eval_seed if _SEED.value < 0 else _SEED.value
