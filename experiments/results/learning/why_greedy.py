@@ -1,0 +1,47 @@
+"""Prints why_greedy.md's table from the learning studies' committed table.csv files.
+
+python experiments/results/learning/why_greedy.py   # from the project root
+"""
+
+import csv
+import os
+
+RESULTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = (
+    "learning/study_15min",
+    "learning_fixes",
+    "maze_length_bias",
+    "learning_lr/lr1e-3",
+    "learning_full_budget",
+    "learning_base_v3",
+    "learning_base_v4",
+)
+HEADER = (
+    "| study | env | steps (mean) | base greedy | base sampled | RL sampled | RL greedy "
+    "| greedy change [95% CI] | RL sampled >= base greedy |"
+)
+
+
+def main() -> None:
+    print(HEADER)
+    print("|---|---|---:|---:|---:|---:|---:|---|---|")
+    for source in SOURCES:
+        with open(os.path.join(RESULTS, source, "table.csv")) as f:
+            for r in csv.DictReader(f):
+                steps = [int(x) for x in r["steps"].split()]
+                v = {
+                    k: float(r[k])
+                    for k in r
+                    if k.startswith(("base_", "rl_", "delta")) and k != "rl_test_per_seed"
+                }
+                caught = "yes" if v["rl_sampled"] >= v["base_test"] else "no"
+                ci = f"{v['delta']:+.3f} [{v['delta_ci_low']:+.3f}, {v['delta_ci_high']:+.3f}]"
+                print(
+                    f"| {source} | {r['env']} | {sum(steps) / len(steps):.0f} "
+                    f"| {v['base_test']:.3f} | {v['base_sampled']:.3f} | {v['rl_sampled']:.3f} "
+                    f"| {v['rl_test']:.3f} | {ci} | {caught} |"
+                )
+
+
+if __name__ == "__main__":
+    main()
