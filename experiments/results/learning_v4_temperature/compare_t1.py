@@ -2,7 +2,7 @@
 
 Both studies' runs start from base v4 with the same seeds and are evaluated on the same 512
 held-out tasks, so run (seed s, task i) at 0.5 pairs with run (seed s, task i) at 1. The
-interval resamples seeds, then tasks (10,000 replicates).
+interval resamples seeds, then tasks (10,000 replicates, seed 0 per environment).
 
   python experiments/results/learning_v4_temperature/compare_t1.py   # from the project root
 """
@@ -27,11 +27,11 @@ def greedy(path: str, env: str) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    rng = np.random.default_rng(0)
     with open(T05) as f:
         envs = sorted({r["env"] for r in csv.DictReader(f)})
     print("env,seeds,tasks,t1,t05,diff,ci_low,ci_high")
     for env in envs:
+        rng = np.random.default_rng(0)  # per environment: rows do not depend on the others
         a, b = greedy(T05, env), greedy(T1, env)
         seeds = sorted(set(a) & set(b))
         d = np.stack([a[s] - b[s] for s in seeds])  # f[S, N]
