@@ -2,7 +2,8 @@
 
 Both studies' runs start from base v4 with the same seeds and are evaluated on the same 512
 held-out tasks, so run (seed s, task i) at 0.5 pairs with run (seed s, task i) at 1. The
-interval resamples seeds, then tasks (10,000 replicates, seed 0 per environment).
+interval is `rl4agents.results.paired_bootstrap_ci` (seeds and tasks resampled, 10,000
+replicates, seed 0 per environment).
 
   python experiments/results/learning_v4_temperature/compare_t1.py   # from the project root
 """
@@ -11,6 +12,8 @@ import csv
 import os
 
 import numpy as np
+
+from rl4agents import results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 T1 = os.path.join(os.path.dirname(HERE), "learning_base_v4", "per_task.csv")
@@ -31,19 +34,14 @@ def main() -> None:
         envs = sorted({r["env"] for r in csv.DictReader(f)})
     print("env,seeds,tasks,t1,t05,diff,ci_low,ci_high")
     for env in envs:
-        rng = np.random.default_rng(0)  # per environment: rows do not depend on the others
         a, b = greedy(T05, env), greedy(T1, env)
         seeds = sorted(set(a) & set(b))
-        d = np.stack([a[s] - b[s] for s in seeds])  # f[S, N]
-        s_n, t_n = d.shape
-        reps = []
-        for _ in range(10000):
-            rows = d[rng.integers(0, s_n, s_n)]
-            reps.append(rows[:, rng.integers(0, t_n, t_n)].mean())
-        lo, hi = np.percentile(reps, [2.5, 97.5])
-        t1 = np.mean([b[s].mean() for s in seeds])
-        t05 = np.mean([a[s].mean() for s in seeds])
-        print(f"{env},{s_n},{t_n},{t1:.4f},{t05:.4f},{d.mean():+.4f},{lo:+.4f},{hi:+.4f}")
+        a_s, b_s = np.stack([a[s] for s in seeds]), np.stack([b[s] for s in seeds])  # f[S, N]
+        diff, lo, hi = results.paired_bootstrap_ci(a_s, b_s, samples=10000, seed=0)
+        print(
+            f"{env},{len(seeds)},{a_s.shape[1]},{b_s.mean():.4f},{a_s.mean():.4f},"
+            f"{diff:+.4f},{lo:+.4f},{hi:+.4f}"
+        )
 
 
 if __name__ == "__main__":
