@@ -16,6 +16,15 @@ SOURCES = (
     "learning_base_v3",
     "learning_base_v4",
 )
+NUMBERS = (
+    "base_test",
+    "base_sampled",
+    "rl_test",
+    "rl_sampled",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+)
 HEADER = (
     "| study | env | steps (mean) | base greedy | base sampled | RL sampled | RL greedy "
     "| greedy change [95% CI] | RL sampled >= base greedy |"
@@ -29,11 +38,7 @@ def main() -> None:
         with open(os.path.join(RESULTS, source, "table.csv")) as f:
             for r in csv.DictReader(f):
                 steps = [int(x) for x in r["steps"].split()]
-                v = {
-                    k: float(r[k])
-                    for k in r
-                    if k.startswith(("base_", "rl_", "delta")) and k != "rl_test_per_seed"
-                }
+                v = {k: float(r[k]) for k in NUMBERS}
                 caught = "yes" if v["rl_sampled"] >= v["base_test"] else "no"
                 ci = f"{v['delta']:+.3f} [{v['delta_ci_low']:+.3f}, {v['delta_ci_high']:+.3f}]"
                 print(
