@@ -6,7 +6,10 @@
 The record holds the resolved config, the git commit (and whether the source tree had
 uncommitted changes) of the rl4agents checkout that ran, the versions of Python and of the
 JAX stack, the devices and process count, the JAX/XLA environment variables and the command
-line, with a UTC timestamp. It names no machine: no hostname, user or path beyond the
+line, with a UTC timestamp, and the host's processor: its model name, core count and the
+instruction-set extensions that decide which kernels XLA's CPU backend compiles (a run
+repeated on a processor with other extensions can differ in the last bits of its sums, and
+training amplifies that). It names no machine: no hostname, user or path beyond the
 command line as typed (absolute paths in environment variables read `<path>`).
 
 Nothing here fails a run: what cannot be found (no git, not a checkout, a package absent)
@@ -69,7 +72,8 @@ def collect(
     Returns:
       {"schema", "timestamp_utc", "argv", "git": {"commit", "dirty"}, "python",
        "packages": {name: version or None}, "devices": {"platform", "kind", "count",
-       "local_count", "process_count"} or None, "env": {name: value}, "config"}, plus `extra`.
+       "local_count", "process_count"} or None, "env": {name: value}, "host": `host()`,
+       "config"}, plus `extra`.
     """
     record = {
         "schema": SCHEMA,
@@ -80,6 +84,7 @@ def collect(
         "packages": {name: _version(name) for name in PACKAGES},
         "devices": _devices() if devices else None,
         "env": _env(os.environ),
+        "host": host(),
         "config": _config(config),
     }
     clash = sorted(set(extra or ()) & set(record))
@@ -138,6 +143,41 @@ def git_state(repo_dir: str = _REPO_DIR) -> dict[str, Any]:
     commit = _git(repo_dir, "rev-parse", "--verify", "HEAD")
     status = _git(repo_dir, "status", "--porcelain", "--untracked-files=normal")
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+# CPU flags (as /proc/cpuinfo spells them) that change the vector kernels XLA's CPU backend
+# and its libraries pick: SIMD width, fused multiply-add, bf16/int8 matrix units.
+_ISA_FLAG = re.compile(r"^(sse4_2|avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sve\w*|asimd\w*)$")
+
+
+def host(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """{"machine": e.g. "x86_64", "cpu_model": the processor's model name or None,
+    "logical_cpus": int or None, "isa": sorted instruction-set flags or None}.
+
+    `isa` keeps the flags that decide which vector kernels XLA's CPU backend and its
+    libraries run (AVX2, AVX-512, FMA, AMX, SVE, ...); two runs whose `isa` differ can differ
+    numerically even with the same packages and seeds. `cpuinfo` is Linux's
+    `/proc/cpuinfo`; elsewhere (or unreadable) the CPU fields are None.
+    """
+    model, flags = None, None
+    try:
+        with open(cpuinfo) as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and flags is None:
+            flags = sorted({w for w in value.split() if _ISA_FLAG.match(w)})
+    return {
+        "machine": platform.machine() or None,
+        "cpu_model": model,
+        "logical_cpus": os.cpu_count(),
+        "isa": flags,
+    }
 
 
 def _git(repo_dir: str, *args: str) -> str | None:

@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import pathlib
+import platform
 import shutil
 import socket
 import subprocess
@@ -55,6 +56,25 @@ def test_collect__fields_match_this_process():
     assert abs((datetime.datetime.now(datetime.UTC) - stamp).total_seconds()) < 60
     assert provenance.collect()["argv"] == sys.argv  # the default
     assert provenance.collect(devices=False)["devices"] is None
+
+
+def test_host__parses_cpuinfo_keeps_isa_flags_and_tolerates_absence(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU 9000\n"
+        "flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_bf16 amx_tile ht\n\n"
+        "processor\t: 1\nmodel name\t: Some CPU 9000\nflags\t\t: fpu avx\n"
+    )
+    record = provenance.host(str(x86))
+    assert record["cpu_model"] == "Some CPU 9000"  # the first processor's
+    assert record["isa"] == ["amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "fma", "sse4_2"]
+    assert record["logical_cpus"] == os.cpu_count()
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd asimddp sve crc32\n")
+    assert provenance.host(str(arm))["isa"] == ["asimd", "asimddp", "sve"]
+    missing = provenance.host(str(tmp_path / "absent"))
+    assert missing["cpu_model"] is None and missing["isa"] is None
+    assert provenance.collect(devices=False)["host"]["machine"] == platform.machine()
 
 
 def test_collect__env_is_jax_and_xla_only_and_names_no_machine(monkeypatch):
