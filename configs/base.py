@@ -43,6 +43,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # caps the live logits at [B, logit_chunk, V], forward and backward.
     c.model.logit_chunk = 0
     c.model.remat = False
+    # The update's pass over the layers as one scanned block instead of one block per layer:
+    # the same values, a compile time that does not grow with depth (deep pretrained models).
+    c.model.scan_layers = False
     # Query block of the teacher-forced pass (the update): each block attends only keys before
     # its end, skipping the masked half of causal attention (0 = one block).
     c.model.attn_chunk = 128

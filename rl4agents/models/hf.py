@@ -58,6 +58,7 @@ RUNTIME_FIELDS = (
     "dtype",
     "param_dtype",
     "remat",
+    "scan_layers",
     "attn_chunk",
     "logit_chunk",
     "lora_rank",
@@ -183,7 +184,8 @@ def config_from_hf(
       dtype: "float32" or "bfloat16" (or the jnp dtype); both the parameter dtype and the
         compute dtype, unless `overrides` set `dtype`/`param_dtype` separately.
       **overrides: runtime fields of `ModelConfig` (`RUNTIME_FIELDS`: value_head, dtype,
-        param_dtype, remat, attn_chunk, logit_chunk, lora_rank, lora_alpha, lora_targets);
+        param_dtype, remat, scan_layers, attn_chunk, logit_chunk, lora_rank, lora_alpha,
+        lora_targets);
         architecture fields come from the checkpoint only.
 
     Returns:

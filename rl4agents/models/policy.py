@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rl4agents.models import lora as lora_lib
+from rl4agents.models import remat as remat_lib
 from rl4agents.models import sampling
 
 
@@ -45,6 +46,9 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype: "float32" | "bfloat16"
     param_dtype: str = "float32"
     remat: bool = False
+    # The cache-free pass (scoring, the update) as a `lax.scan` over the layers' stacked
+    # parameters instead of one unrolled block per layer: the compile time of deep models.
+    scan_layers: bool = False
     # Query block size of the teacher-forced (no-cache) pass: block [c, c + attn_chunk) attends
     # only keys before its end, which skips the masked upper triangle (0 = one block).
     attn_chunk: int = 128
@@ -515,6 +519,14 @@ class Decoder(nnx.Module):
         x = pin(self._embed(tokens))
         new_cache = []
         last = len(self.layers) - 1
+        if cache is None and self.cfg.scan_layers:
+
+            def body(layer, x):
+                return pin(self._layer(layer, x, positions, mask, None, 0, None)[0])
+
+            x = self._scan(body, x, self.layers[:last])
+            x, _ = self._layer(self.layers[last], x, positions, mask, None, 0, rows)
+            return self.final_norm(pin(x)), None
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
             layer_rows = rows if i == last else None
@@ -526,10 +538,35 @@ class Decoder(nnx.Module):
 
     def _layer(self, layer, x, positions, mask, cache, write_index, rows, prefix_kv=None):
         if self.cfg.remat and cache is None:
-            return nnx.remat(lambda blk, *a: blk(*a))(
-                layer, x, positions, mask, None, 0, rows, prefix_kv
+            graphdef, state = nnx.split(layer)
+
+            def run(state, x, positions, mask, rows, prefix_kv):
+                return nnx.merge(graphdef, state)(x, positions, mask, None, 0, rows, prefix_kv)
+
+            # The activations wait for the cotangent (`remat.checkpoint`): `nnx.remat` keeps
+            # every layer's intermediates on XLA's CPU backend.
+            return remat_lib.checkpoint(run, anchored=(1, 5))(
+                state, x, positions, mask, rows, prefix_kv
             )
         return layer(x, positions, mask, cache, write_index, rows, prefix_kv)
+
+    def _scan(self, body, carry, layers):
+        """`carry = body(layer, carry)` for each of `layers` in order: a `lax.scan` over their
+        stacked states (`model.scan_layers`), so that the program holds one copy of a block
+        (and of its backward pass) instead of one per layer. XLA's compile time grows faster
+        than linearly with the number of unrolled blocks: the update of a 30-layer model takes
+        minutes to compile unrolled (docs/real_model.md, "Compile time")."""
+        if len(layers) < 2:
+            for layer in layers:
+                carry = body(layer, carry)
+            return carry
+        graphdef = nnx.graphdef(layers[0])
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(x) for x in layers))
+
+        def step(carry, state):
+            return body(nnx.merge(graphdef, state), carry), None
+
+        return jax.lax.scan(step, carry, stacked)[0]
 
     def _shared_prefix(self, tokens, positions, mask, rows, prefix, group, shard=None):
         b, t = tokens.shape
@@ -552,13 +589,21 @@ class Decoder(nnx.Module):
         x_r = pin(self._embed(tokens[:, prefix:]))
         last = len(self.layers) - 1
         rows_r = None if rows is None else jnp.maximum(rows - prefix, 0)
-        for i, layer in enumerate(self.layers):
+
+        def body(layer, xs, rows=None):
+            x_p, x_r = xs
             x_p, kv = self._layer(layer, x_p, pos_p, mask_p, None, 0, None)
             kv = LayerCache(per_row(kv.k), per_row(kv.v))
-            x_r, _ = self._layer(
-                layer, x_r, pos_r, mask_r, None, 0, rows_r if i == last else None, kv
-            )
-            x_r = pin(x_r)
+            x_r, _ = self._layer(layer, x_r, pos_r, mask_r, None, 0, rows, kv)
+            return x_p, pin(x_r)
+
+        if self.cfg.scan_layers:
+            xs = self._scan(body, (x_p, x_r), self.layers[:last])
+        else:
+            xs = (x_p, x_r)
+            for layer in self.layers[:last]:
+                xs = body(layer, xs)
+        x_p, x_r = body(self.layers[last], xs, rows_r)
         h_p = per_row(x_p)
         if rows is None:
             hidden = jnp.concatenate([h_p, x_r], axis=1)

@@ -207,6 +207,7 @@ class Experiment:
             dtype=c.dtype,
             param_dtype=c.param_dtype,
             remat=c.remat,
+            scan_layers=c.get("scan_layers", False),
             attn_chunk=c.attn_chunk,
             logit_chunk=c.get("logit_chunk", 0),
             **resolve_lib.lora_settings(self.config),

@@ -191,6 +191,7 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> policy_lib.Mo
         dtype=c.model.dtype,
         param_dtype=c.model.param_dtype,
         remat=c.model.remat,
+        scan_layers=c.model.get("scan_layers", False),
         attn_chunk=c.model.attn_chunk,
         logit_chunk=c.model.get("logit_chunk", 0),
     )
