@@ -13,6 +13,8 @@ optimised HLO (`hlo_lines`, `fusions`) and the process's peak resident memory
 checkpoint (`model.checkpoint`), written to a temporary folder: how compile time and memory
 grow with depth without compiling the whole model. One XLA CPU device per core, as
 `scripts/train.py` runs.
+
+    python scripts/compile_cost.py --table=FILE.jsonl   # those lines as a Markdown table
 """
 
 from __future__ import annotations
@@ -62,12 +64,34 @@ def truncated_checkpoint(folder: str, layers: int, out: str) -> str:
     return out
 
 
+TABLE_COLUMNS = ("layers", "set", "compile_s", "temp_gib", "hlo_lines", "peak_rss_gib")
+
+
+def markdown_table(records: list[dict]) -> str:
+    """The records (this script's JSON lines) as a Markdown table of `TABLE_COLUMNS`."""
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+    for r in records:
+        cells = [" ".join(f"`{x}`" for x in r["set"]) or "(config)" if k == "set" else r[k]
+                 for k in TABLE_COLUMNS]  # fmt: skip
+        lines.append("| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c)
+                                       for c in cells) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Compile a run's train step and report the cost.")
-    p.add_argument("--config", required=True, help="config file[:argument], as train.py takes")
+    p.add_argument("--config", help="config file[:argument], as train.py takes")
+    p.add_argument("--table", help="print this JSON-lines file of results as Markdown")
     p.add_argument("--layers", type=int, default=0, help="first N layers of the checkpoint")
     p.add_argument("--set", action="append", default=[], help="key=value config override")
     args = p.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(markdown_table([json.loads(line) for line in f if line.strip()]))
+        return 0
+    if not args.config:
+        print("error: --config (or --table) is required", file=sys.stderr)
+        return 2
 
     from rl4agents.config_utils import load_config
     from rl4agents.train import experiment as experiment_lib

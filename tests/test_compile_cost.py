@@ -53,3 +53,16 @@ def test_main__prints_the_cost_of_the_train_step(compile_cost, tmp_path, monkeyp
     assert record["layers"] == 1
     assert record["compile_s"] > 0 and record["temp_gib"] > 0 and record["hlo_lines"] > 0
     assert compile_cost.main(["--config=configs/guess_number.py", "--set=seed"]) == 2
+
+
+def test_table__markdown_of_the_json_lines(compile_cost, tmp_path, capsys):
+    lines = tmp_path / "cost.jsonl"
+    base = {"compile_s": 63.3, "temp_gib": 2.58, "hlo_lines": 185184, "peak_rss_gib": 2.91}
+    records = [{**base, "layers": 30, "set": []}, {**base, "layers": 8, "set": ["a=1", "b=2"]}]
+    lines.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert compile_cost.main([f"--table={lines}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| layers | set | compile_s | temp_gib | hlo_lines | peak_rss_gib |"
+    assert out[2] == "| 30 | (config) | 63.3 | 2.58 | 185,184 | 2.91 |"
+    assert out[3] == "| 8 | `a=1` `b=2` | 63.3 | 2.58 | 185,184 | 2.91 |"
+    assert compile_cost.main([]) == 2
