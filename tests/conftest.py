@@ -110,3 +110,12 @@ def reuse_builds():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(experiment, "build", reused)
         yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops JAX's in-memory caches of compiled programs after each test file: a worker that
+    keeps every program of a full run mapped nears the kernel's limit on memory mappings
+    (65,530), where XLA's compiler crashed late in full runs. The on-disk cache still serves."""
+    yield
+    jax.clear_caches()
