@@ -552,11 +552,12 @@ class Decoder(nnx.Module):
 
     def _scan(self, body, carry, layers):
         """`carry = body(layer, carry)` for each of `layers` in order: a `lax.scan` over their
-        stacked states (`model.scan_layers`), so that the program holds one copy of a block
+        stacked states when `model.scan_layers` (else a Python loop), so that the program
+        holds one copy of a block
         (and of its backward pass) instead of one per layer. XLA's compile time grows faster
         than linearly with the number of unrolled blocks: the update of a 30-layer model takes
-        minutes to compile unrolled (docs/real_model.md, "Compile time")."""
-        if len(layers) < 2:
+        minutes to compile unrolled (docs/real_model.md, "Compile time and rematerialisation")."""
+        if not self.cfg.scan_layers or len(layers) < 2:
             for layer in layers:
                 carry = body(layer, carry)
             return carry
@@ -597,12 +598,7 @@ class Decoder(nnx.Module):
             x_r, _ = self._layer(layer, x_r, pos_r, mask_r, None, 0, rows, kv)
             return x_p, pin(x_r)
 
-        if self.cfg.scan_layers:
-            xs = self._scan(body, (x_p, x_r), self.layers[:last])
-        else:
-            xs = (x_p, x_r)
-            for layer in self.layers[:last]:
-                xs = body(layer, xs)
+        xs = self._scan(body, (x_p, x_r), self.layers[:last])
         x_p, x_r = body(self.layers[last], xs, rows_r)
         h_p = per_row(x_p)
         if rows is None:
