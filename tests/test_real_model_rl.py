@@ -18,7 +18,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 @pytest.fixture
 def study(monkeypatch):
     monkeypatch.chdir(ROOT)
-    for var in ("REAL_MODEL_RL_SEEDS", "REAL_MODEL_RL_MINUTES", "REAL_MODEL_DIR"):
+    for var in (
+        "REAL_MODEL_RL_SEEDS",
+        "REAL_MODEL_RL_MINUTES",
+        "REAL_MODEL_RL_TEMPERATURE",
+        "REAL_MODEL_DIR",
+    ):
         monkeypatch.delenv(var, raising=False)
     return config_utils.load_module(str(ROOT / "experiments/real_model_rl.py"), "real_model_rl")
 
@@ -27,6 +32,7 @@ def test_plan__one_hour_long_run_of_the_real_model_config(study, monkeypatch):
     (run,) = sweep.load_study("experiments/real_model_rl.py").runs
     assert run.config == "configs/real_model.py:guess_number"
     assert run.overrides["train.max_minutes"] == 60.0 and run.overrides["seed"] == 0
+    assert run.overrides["rollout.temperature"] == 0.5
     monkeypatch.setenv("REAL_MODEL_RL_SEEDS", "2")
     monkeypatch.setenv("REAL_MODEL_DIR", "elsewhere")
     runs = sweep.load_study("experiments/real_model_rl.py").runs
