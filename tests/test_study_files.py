@@ -357,3 +357,29 @@ def test_at_grpo_roles__credit_and_role_sets_only(clean_env):
     clean_env.setenv("AT_GRPO_MINUTES", "5")
     _, _, planned = _plan("at_grpo_roles")
     assert len(planned) == 3 * 2 and {c.train.max_minutes for _, c in planned} == {5.0}
+
+
+def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrides(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for var in ("BASE_POLICY", "V5_ENVS", "V5_TEMPERATURE"):
+        monkeypatch.delenv(var, raising=False)
+    study, _, planned = _plan("learning_base_v5")
+    assert len(planned) == 10 * 3
+    by_env = collections.defaultdict(set)
+    for _, c in planned:
+        by_env[c.env.name].add(c.seed)
+        assert c.init.params == "runs/base_policy_v5"
+        assert c.rollout.temperature == 0.5
+        assert c.train.max_minutes == 18.0
+    assert set(by_env) == {
+        "frozen_lake", "maze", "wordle", "countdown", "sokoban",
+        "search_qa", "two_agent", "web_shop", "terminal", "household",
+    }  # fmt: skip
+    assert all(seeds == {0, 1, 2} for seeds in by_env.values())
+    terminal = [c for _, c in planned if c.env.name == "terminal"]
+    assert {c.optim.lr for c in terminal} == {3e-5}
+    assert {c.env.terminal.invalid_penalty for c in terminal} == {0.0}
+    monkeypatch.setenv("V5_ENVS", "maze")
+    monkeypatch.setenv("V5_TEMPERATURE", "1")
+    _, _, planned = _plan("learning_base_v5")
+    assert {(c.env.name, c.rollout.temperature) for _, c in planned} == {("maze", 1.0)}
