@@ -6,7 +6,8 @@
 For every environment of the study, the start policy (the runs' `init.params`, or the
 pretrained weights of their `model.checkpoint`; one per environment) and the latest checkpoint
 of each finished run are evaluated, greedy and sampled, on the same `--num_tasks` fixed tasks
-of `--split` (the runs' `train.eval_seed`), task by task (`Experiment.task_outcomes_fn`).
+of `--split` (the runs' `train.eval_seed`), task by task (`Experiment.task_outcomes_fn`;
+`--task_batch` plays them a few at a time where all at once would not fit in memory).
 Because every policy meets the same tasks, the change from the start policy is paired: its 95%
 interval comes from a bootstrap that resamples seeds and tasks (`results.paired_bootstrap_ci`),
 so it covers both the spread between training runs and the sampling of the evaluation tasks.
@@ -99,8 +100,8 @@ def run_params(exp, config, workdir: str):
     return state.params, step
 
 
-def outcomes(exp, params, split: str, num_tasks: int) -> dict[str, np.ndarray]:
-    fn = exp.task_outcomes_fn(split, num_tasks)
+def outcomes(exp, params, split: str, num_tasks: int, batch: int = 0) -> dict[str, np.ndarray]:
+    fn = exp.task_outcomes_fn(split, num_tasks, batch)
     return {
         k: np.asarray(v) for k, v in jax.device_get(fn(params, exp.config.train.eval_seed)).items()
     }
@@ -153,6 +154,14 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--num_tasks", type=int, default=512)
     ap.add_argument("--split", default="test", choices=("train", "test", "ood"))
+    ap.add_argument(
+        "--task_batch",
+        type=int,
+        default=0,
+        help="Play the tasks this many at a time (a divisor of --num_tasks; 0 = all at once), "
+        "so memory is that of this many episodes; greedy outcomes are unchanged, sampled ones "
+        "are drawn per batch, the same for every policy.",
+    )
     ap.add_argument("--samples", type=int, default=10000, help="Bootstrap resamples.")
     ap.add_argument("--envs", default="", help="Comma-separated environments (default: all).")
     ap.add_argument(
@@ -168,6 +177,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.num_tasks < 1:
         sys.exit(f"error: --num_tasks={args.num_tasks}; allowed: >= 1")
+    if args.task_batch < 0 or (args.task_batch and args.num_tasks % args.task_batch):
+        sys.exit(
+            f"error: --task_batch={args.task_batch}; allowed: 0 (all at once) or a divisor of "
+            f"--num_tasks={args.num_tasks}"
+        )
     plan_path = os.path.join(args.sweep, results.PLAN_NAME)
     if not os.path.exists(plan_path):
         sys.exit(f"error: --sweep={args.sweep!r} holds no {results.PLAN_NAME}")
@@ -206,7 +220,7 @@ def main() -> None:
             base_params = exp.saved_params(first.init.params)
         else:  # LoRA adapters start at zero: the pretrained model's own policy
             base_params = exp.pretrained_params()
-        base_out = outcomes(exp, base_params, args.split, args.num_tasks)
+        base_out = outcomes(exp, base_params, args.split, args.num_tasks, args.task_batch)
         for i in range(args.num_tasks):
             raw.append(_row(env, "base", "", i, base_out))
         rl_outs, minutes, steps, cpu_s = [], [], [], []
@@ -218,7 +232,7 @@ def main() -> None:
                     f"{runs[0]['workdir']}; allowed: one of each per environment"
                 )
             params, step = run_params(exp, config, r["workdir"])
-            out = outcomes(exp, params, args.split, args.num_tasks)
+            out = outcomes(exp, params, args.split, args.num_tasks, args.task_batch)
             for i in range(args.num_tasks):
                 raw.append(_row(env, "rl", r["seed"], i, out))
             rl_outs.append(out)

@@ -296,7 +296,7 @@ class Experiment:
             self._eval_fns[cache_key] = jax.jit(run)
         return functools.partial(self._eval_fns[cache_key], env_params=env_params)
 
-    def task_outcomes_fn(self, split: str, num_tasks: int):
+    def task_outcomes_fn(self, split: str, num_tasks: int, batch: int = 0):
         """A jitted `(params, seed) -> {"greedy_success": f32[N], "sampled_success": f32[N],
         "greedy_reward": f32[N], "sampled_reward": f32[N]}`: the outcome of each of the
         `num_tasks` fixed tasks of `split`, task i in row i.
@@ -304,19 +304,30 @@ class Experiment:
         The same tasks, keys and decoding as `eval_fn(split, num_tasks)` (whose success rates
         are the means of these rows), so two policies evaluated with one seed are paired task
         by task: what a paired confidence interval of their difference needs.
+
+        `batch` (0 = all `num_tasks` at once; else a divisor of it): play the tasks `batch` at
+        a time, one rollout after the other, so memory (the KV cache above all) is that of
+        `batch` episodes. Task i is still row i of the same task keys, so greedy rows equal the
+        one-batch evaluation's; sampled rows draw from the rollout key folded with the batch's
+        index, so they are a different (equally valid) sample, the same for every policy
+        evaluated with the same `batch` and seed.
         """
+        batch = batch or num_tasks
+        if batch < 1 or num_tasks % batch:
+            raise ValueError(
+                f"batch={batch} for {num_tasks} tasks; allowed: 0 (all at once) or a divisor "
+                f"of {num_tasks}"
+            )
+        chunks = num_tasks // batch
         env, env_params = self.env.make_split(split)
-        rc = self.eval_rollout_config(split, False, num_tasks)
+        rc = self.eval_rollout_config(split, False, batch)
         shared = env is self.env
-        cache_key = ("per_task", None if shared else split, rc)
+        cache_key = ("per_task", None if shared else split, rc, chunks)
         if cache_key not in self._eval_fns:
-            check_batch(num_tasks, 1, self.mesh, field="train.eval_tasks")
+            check_batch(batch, 1, self.mesh, field="train.eval_tasks")
             shard_fn = sharding.batch_constraint(self.mesh)
 
-            def run(params, seed, env_params):
-                task_stream, rollout_key = eval_keys(seed)
-                task_keys = jax.random.split(task_stream, num_tasks)
-
+            def play(params, env_params, task_keys, rollout_key):
                 def one(greedy):
                     traj = rollout_lib.rollout(
                         rollout_key,
@@ -331,7 +342,23 @@ class Experiment:
                     )
                     return traj.success.astype(jnp.float32), traj.outcome_reward
 
-                success, reward = jax.lax.map(one, jnp.array([True, False]))
+                return jax.lax.map(one, jnp.array([True, False]))  # f32[2, batch] each
+
+            def run(params, seed, env_params):
+                task_stream, rollout_key = eval_keys(seed)
+                task_keys = jax.random.split(task_stream, num_tasks)
+                if chunks == 1:
+                    success, reward = play(params, env_params, task_keys, rollout_key)
+                else:
+                    success, reward = jax.lax.map(
+                        lambda xs: play(
+                            params, env_params, xs[1], jax.random.fold_in(rollout_key, xs[0])
+                        ),
+                        (jnp.arange(chunks), task_keys.reshape(chunks, batch)),
+                    )  # f32[chunks, 2, batch] each
+                    success, reward = (
+                        jnp.moveaxis(v, 1, 0).reshape(2, num_tasks) for v in (success, reward)
+                    )
                 return {
                     f"{mode}_{name}": v[i]
                     for i, mode in enumerate(EVAL_MODES)

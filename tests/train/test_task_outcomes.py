@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 from rl4agents.train import experiment
 from tests.train.test_train import tiny_config
@@ -22,3 +23,21 @@ def test_task_outcomes_are_the_rows_of_the_evaluation():
     # The same seed gives the same tasks and keys: the rows are reproducible.
     again = jax.device_get(exp.task_outcomes_fn("test", n)(params, 5))
     np.testing.assert_array_equal(again["sampled_reward"], rows["sampled_reward"])
+
+
+def test_task_outcomes__in_batches_greedy_rows_equal_one_batch_and_sampled_rows_reproduce():
+    exp = experiment.build(tiny_config())
+    params = exp.init_state(jax.random.key(0)).params
+    whole = jax.device_get(exp.task_outcomes_fn("test", 16)(params, 5))
+    split = jax.device_get(exp.task_outcomes_fn("test", 16, batch=8)(params, 5))
+    for name in ("success", "reward"):
+        np.testing.assert_allclose(split[f"greedy_{name}"], whole[f"greedy_{name}"], atol=1e-6)
+        assert split[f"sampled_{name}"].shape == (16,)
+    # Sampled rows draw per batch (the rollout key folded with the batch's index): the same
+    # batches and seed give the same rows; one batch of all tasks is the plain evaluation.
+    again = jax.device_get(exp.task_outcomes_fn("test", 16, batch=8)(params, 5))
+    np.testing.assert_array_equal(again["sampled_reward"], split["sampled_reward"])
+    one = jax.device_get(exp.task_outcomes_fn("test", 16, batch=16)(params, 5))
+    np.testing.assert_array_equal(one["sampled_reward"], whole["sampled_reward"])
+    with pytest.raises(ValueError, match=r"batch=3 for 16 tasks; allowed: 0 \(all at once\)"):
+        exp.task_outcomes_fn("test", 16, batch=3)
