@@ -4,7 +4,7 @@ hour, evaluated against its own zero-shot policy on held-out tasks.
   python scripts/get_model.py smollm2-135m-instruct --out=runs/models/smollm2-135m-instruct
   python scripts/sweep.py experiments/real_model_rl.py --workers=1
   python scripts/paired_eval.py --sweep=runs/sweeps/real_model_rl \
-      --out=experiments/results/real_model/rl --num_tasks=512
+      --out=experiments/results/real_model/rl --num_tasks=512 --task_batch=128
   python experiments/real_model_rl.py --sweep=runs/sweeps/real_model_rl \
       --table=experiments/results/real_model/rl/table.csv \
       --out=experiments/results/real_model/rl_summary.json
