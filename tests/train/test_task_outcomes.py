@@ -4,6 +4,8 @@ import jax
 import numpy as np
 import pytest
 
+from rl4agents import sharding
+from rl4agents.rollout import rollout as rollout_lib
 from rl4agents.train import experiment
 from tests.train.test_train import tiny_config
 
@@ -37,6 +39,21 @@ def test_task_outcomes__in_batches_greedy_rows_equal_one_batch_and_sampled_rows_
     # batches and seed give the same rows; one batch of all tasks is the plain evaluation.
     again = jax.device_get(exp.task_outcomes_fn("test", 16, batch=8)(params, 5))
     np.testing.assert_array_equal(again["sampled_reward"], split["sampled_reward"])
+    # Batch 1 by hand: tasks 8..15 of the evaluation's task keys, rollout key folded with 1.
+    env, env_params = exp.env.make_split("test")
+    task_stream, rollout_key = experiment.eval_keys(5)
+    traj = rollout_lib.rollout(
+        jax.random.fold_in(rollout_key, 1),
+        exp.step_cfg.graphdef,
+        params,
+        env,
+        env_params,
+        exp.eval_rollout_config("test", False, 8),
+        task_keys=jax.random.split(task_stream, 16)[8:],
+        shard_fn=sharding.batch_constraint(exp.mesh),
+    )
+    np.testing.assert_allclose(split["sampled_reward"][8:], traj.outcome_reward, atol=1e-6)
+    assert len(set(split["sampled_reward"].tolist())) > 1  # rows that can tell tasks apart
     one = jax.device_get(exp.task_outcomes_fn("test", 16, batch=16)(params, 5))
     np.testing.assert_array_equal(one["sampled_reward"], whole["sampled_reward"])
     with pytest.raises(ValueError, match=r"batch=3 for 16 tasks; allowed: 0 \(all at once\)"):
