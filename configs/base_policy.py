@@ -37,6 +37,9 @@ ENVS = (
     "terminal",
     "household",
 )
+# The checkpoint that the studies still to run start from (their `BASE_POLICY` environment
+# variable overrides it): base v5, experiments/results/base_policy_v5.
+CHECKPOINT = "runs/base_policy_v5"
 # The base model: 4 layers at d_model 128 (the `small` preset), shared by every environment.
 MODEL = dict(preset="small", d_model=0, num_layers=0, d_ff=0, num_heads=0, num_kv_heads=0)
 # Contexts of 1,400-3,200 slots: RL batches of 4 tasks x 8 samples, and the update split in

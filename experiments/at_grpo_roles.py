@@ -14,7 +14,7 @@ Three variants, paired seeds and evaluation tasks:
   at_grpo_roles agent-and-turn groups, `model.role_params=2`: guide and walker each get their
                 own parameter set, both starting from the base policy
 
-  BASE_POLICY=runs/base_policy_v3 python scripts/sweep.py experiments/at_grpo_roles.py \
+  python scripts/sweep.py experiments/at_grpo_roles.py \
       --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/at_grpo_roles \
       --out=experiments/results/at_grpo_roles --metric=eval_test.greedy_success \
@@ -34,12 +34,13 @@ about 20 minutes = 3 hours.
 
 import os
 
+from configs import base_policy
 from rl4agents import config_utils, sweep
 
 _learning = config_utils.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.py"), "learning_study"
 )
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v3")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENV = "two_agent"
 LR = 3e-4
 EVAL_TASKS = 256

@@ -1,7 +1,7 @@
 """Branching (tree) credit estimators against plain GRPO from the base policy, at an equal
 number of episode rows per step: VinePPO, Tree-GRPO and ARPO, each with its branching rule.
 
-  BASE_POLICY=runs/base_policy_v3 python scripts/sweep.py experiments/branching_estimators.py \
+  python scripts/sweep.py experiments/branching_estimators.py \
       --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/branching_estimators \
       --out=experiments/results/branching_estimators --metric=eval_test.greedy_success,wall_s:min \
@@ -55,12 +55,13 @@ Cost, one run at a time: 4 variants x 2 environments x 3 seeds = 24 runs x 10 mi
 
 import os
 
+from configs import base_policy
 from rl4agents import config_utils, sweep
 
 _learning = config_utils.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.py"), "learning_study"
 )
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v3")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = ("frozen_lake", "sokoban")
 LR = 3e-4
 EVAL_TASKS = 256

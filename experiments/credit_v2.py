@@ -9,8 +9,9 @@ seeds, a learning-rate sweep per estimator, 1,024 held-out tasks.
       --metric=eval_test.greedy_success --baseline=grpo --strip='^[a-z_]+,' \
       --lr_select=train/success --curve_key=eval_test/greedy_success
 
-Every run starts from the base policy (BASE_POLICY, default runs/base_policy; scripts/pretrain.py
-with configs/base_policy.py) with that environment's settings (configs/base_policy.py:<env>).
+Every run starts from the base policy (BASE_POLICY, default configs/base_policy.py's `CHECKPOINT`;
+scripts/pretrain.py with configs/base_policy.py) with that environment's settings
+(configs/base_policy.py:<env>).
 The estimators that need a critic get a separate one whose decoder starts as a copy of the base
 policy's (`init.critic="policy"`) and whose value projection starts at zero.
 
@@ -25,9 +26,10 @@ Cost on a 2-core CPU (two runs at a time, MINUTES each): stage 1 is 6 x 2 x 3 x 
 
 import os
 
+from configs import base_policy
 from rl4agents import sweep
 
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = ("sokoban", "maze")
 # variant -> (credit name, dotted overrides)
 VARIANTS = {

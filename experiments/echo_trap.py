@@ -25,9 +25,10 @@ Cost on a 2-core CPU: 4 variants x 2 environments x 3 seeds = 24 runs x 30 minut
 
 import os
 
+from configs import base_policy
 from rl4agents import sweep
 
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = ("frozen_lake", "sokoban")
 # variant -> (credit name, the override that names its runs (None: none), other overrides)
 VARIANTS = {

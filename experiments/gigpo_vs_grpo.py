@@ -20,9 +20,10 @@ Cost on a 2-core CPU: 2 variants x 4 environments x 5 seeds = 40 runs x 20 minut
 
 import os
 
+from configs import base_policy
 from rl4agents import sweep
 
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = tuple(os.environ.get("GIGPO_ENVS", "sokoban,maze,web_shop,household").split(","))
 VARIANTS = {"grpo": {}, "gigpo": {"credit.gigpo.gamma": 0.95, "credit.gigpo.invalid_penalty": 0.0}}
 SEEDS = 5

@@ -3,7 +3,7 @@ losses from the base policy on FrozenLake, 5 seeds each. The comparison this cop
 Tinker cookbook's, 2026) reports that the three losses reach the same final accuracy with very
 different spread between seeds, IS the largest.
 
-  BASE_POLICY=runs/base_policy_v3 python scripts/sweep.py experiments/loss_t3.py \
+  python scripts/sweep.py experiments/loss_t3.py \
       --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/loss_t3 --out=experiments/results/loss_t3 \
       --metric=eval_test.greedy_success --baseline=ppo_clip \
@@ -48,13 +48,14 @@ import json
 import os
 import sys
 
+from configs import base_policy
 from rl4agents import config_utils, results, sweep
 from rl4agents.train import writers
 
 _learning = config_utils.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.py"), "learning_study"
 )
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v3")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENV = "frozen_lake"
 LR = 3e-4
 MINIBATCHES = 4

@@ -2,7 +2,7 @@
 SAPO's soft gate, RAGEN-2's top-p variance filter, SimpleTIR's void-turn filter and EPO's
 entropy smoothing, one change each on top of GRPO with `loss.policy = "ppo_clip"`.
 
-  BASE_POLICY=runs/base_policy_v3 python scripts/sweep.py experiments/losses_filters.py \
+  python scripts/sweep.py experiments/losses_filters.py \
       --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/losses_filters \
       --out=experiments/results/losses_filters --metric=eval_test.greedy_success,wall_s:min \
@@ -48,12 +48,13 @@ Cost, one run at a time: 5 variants x 2 environments x 3 seeds = 30 runs x 10 mi
 
 import os
 
+from configs import base_policy
 from rl4agents import config_utils, sweep
 
 _learning = config_utils.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.py"), "learning_study"
 )
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v3")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = ("frozen_lake", "sokoban")
 LR = 3e-4
 MINIBATCHES = 4

@@ -2,7 +2,7 @@
 parameters of k updates ago (`train.staleness`, asynchronous RL in one deterministic program),
 at k = 0, 2, 4 without a correction and at k = 4 with each registered correction.
 
-  BASE_POLICY=runs/base_policy_v3 python scripts/sweep.py experiments/staleness.py \
+  python scripts/sweep.py experiments/staleness.py \
       --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/staleness \
       --out=experiments/results/staleness --metric=eval_test.greedy_success,wall_s:min \
@@ -50,12 +50,13 @@ Cost, one run at a time: 7 variants x 2 environments x 3 seeds = 42 runs x 10 mi
 
 import os
 
+from configs import base_policy
 from rl4agents import config_utils, sweep
 
 _learning = config_utils.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.py"), "learning_study"
 )
-BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v3")
+BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = ("frozen_lake", "sokoban")
 LR = 3e-4
 EVAL_TASKS = 256

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import base_policy
 from rl4agents import config_utils, losses, results, sweep
 from rl4agents.rollout import branch as branch_lib
 from tests.scripts import load_script
@@ -96,7 +97,7 @@ def test_study__unique_names_same_seeds_same_eval_tasks_and_the_base_policy(name
     for run, c in planned:
         seeds[(c.env.name, run.variant)].add(c.seed)
         eval_tasks[c.env.name].add((c.train.eval_seed, c.train.eval_tasks, c.train.eval_ood))
-        assert c.init.params == "runs/base_policy_v3"
+        assert c.init.params == base_policy.CHECKPOINT
         assert c.train.max_minutes == DEFAULT_MINUTES.get(name, 10.0)
     assert set(map(frozenset, seeds.values())) == {frozenset(range(DEFAULT_SEEDS[name]))}
     assert all(len(v) == 1 for v in eval_tasks.values()), eval_tasks
