@@ -1,9 +1,10 @@
 """RL from base policy v5, every environment: GRPO at sampling temperature 0.5, 3 seeds.
 
-Base v5 (`experiments/results/base_policy_v5/`) is one pretraining run from random weights on
-the recipe the base-v2 -> v3 -> v4 chain converged to (4,096 imperfect demonstrations per
-environment, the weak environments weighted up), built in one go because the chain's
-checkpoints were lost with the machine they lived on.
+Base v5 (`runs/base_policy_v5`, made by the `scripts/pretrain.py` command below; its results
+are to be published in `experiments/results/base_policy_v5/`) is one pretraining run from
+random weights on the recipe the base-v2 -> v3 -> v4 chain converged to (4,096 imperfect
+demonstrations per environment, the weak environments weighted up), built in one go because
+the chain's checkpoints were lost with the machine they lived on.
 
 The settings are the ones that worked from the earlier bases:
 - each environment's overrides of `experiments/learning_base_v3.py` (maze's per-episode loss
@@ -16,6 +17,12 @@ The settings are the ones that worked from the earlier bases:
 - the full-budget study's 18 minutes of training and in-run evaluation per run
   (`experiments/learning_full_budget.py`), one run at a time.
 
+  W=frozen_lake=0.75,maze=1,countdown=1.25,sokoban=1.5,wordle=3,search_qa=2
+  W=$W,two_agent=2.5,web_shop=2,terminal=1,household=3
+  python scripts/pretrain.py --config=configs/base_policy.py --workdir=runs/base_policy_v5 \
+      --config.pretrain.steps=6000 --config.pretrain.lr=1e-3 \
+      --config.pretrain.warmup_steps=100 --config.pretrain.demos_per_env=4096 \
+      --config.pretrain.weights=$W --config.seed=5 --config.log.progress=False
   V5_ENVS=frozen_lake python scripts/sweep.py experiments/learning_base_v5.py \
       --workers=1 --devices=1
   python scripts/paired_eval.py --sweep=runs/sweeps/learning_base_v5 \
