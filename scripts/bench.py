@@ -714,7 +714,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default="", help="write the raw numbers to this file")
     ap.add_argument(
         "--peers-dir",
-        default="/tmp/peers",
+        default=os.path.join(tempfile.gettempdir(), "peers"),
         help="root of the peers' venvs (<dir>/trl, <dir>/tunix, <dir>/jax)",
     )
     ap.add_argument(

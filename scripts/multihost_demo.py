@@ -6,7 +6,8 @@ Each process is started as it would be on two hosts (docs/multihost.md), with th
 on localhost and `JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=4`; JAX's
 CPU backend runs the cross-process collectives with gloo. The log holds both commands, their
 output (process 1 prints nothing of its own: logging, evaluation lines and the summary come
-from process 0), and what the shared workdir holds afterwards.
+from process 0), and what the shared workdir holds afterwards. Paths inside the workdir are
+written relative to it (`<workdir>/curves.png`), so the log does not depend on where it ran.
 """
 
 from __future__ import annotations
@@ -82,23 +83,29 @@ def main() -> None:
     if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
         parser.error(f"--workdir={args.workdir!r} is a file; allowed: a directory")
     config_utils.check_output_file("--out", args.out)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="multihost_demo_")
+    # Absolute, so that the log can name every path in it relative to the workdir.
+    workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="multihost_demo_"))
     t0 = time.perf_counter()
     procs, commands = launch(workdir, args.num_processes, args.local_devices, args.config)
     outputs = [p.communicate()[0] for p in procs]
     wall = time.perf_counter() - t0
+
+    def shown(text: str) -> str:
+        return text.replace(workdir, "<workdir>")
+
     parts = [
         f"# {args.num_processes} processes x {args.local_devices} CPU devices running "
         "scripts/train.py",
-        "# command: python scripts/multihost_demo.py " + " ".join(sys.argv[1:]),
+        "# command: python scripts/multihost_demo.py " + shown(" ".join(sys.argv[1:])),
         f"# wall time: {wall:.0f} s",
     ]
     for i, (cmd, out, p) in enumerate(zip(commands, outputs, procs, strict=True)):
         lines = out.splitlines()
         kept = [line for line in lines if "[Gloo]" not in line]
-        parts += ["", f"## process {i}: exit code {p.returncode}", f"$ {cmd}", *kept]
+        parts += ["", f"## process {i}: exit code {p.returncode}", f"$ {shown(cmd)}"]
+        parts += [shown(line) for line in kept]
         parts.append(f"({len(lines) - len(kept)} '[Gloo] ... connected to N peer ranks' lines)")
-    parts += ["", f"## workdir {workdir} afterwards"]
+    parts += ["", "## <workdir> afterwards"]
     for name in sorted(os.listdir(workdir)):
         path = os.path.join(workdir, name)
         if name == "metrics.jsonl":

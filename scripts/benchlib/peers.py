@@ -3,8 +3,8 @@
 Each peer job is one command of the peer benchmark (see its README): a script run with the
 Python of its virtual environment, printing one JSON line whose `times_s` holds the timed
 repeats. `PEER_JOBS` lists them with the rl4agents job each is compared with, and
-`RECORDED` holds the medians the peers reported for the same machine (their RESULTS.md), shown
-when a peer cannot be run.
+`RECORDED` holds the medians the peers reported for the same machine in their own results,
+shown when a peer cannot be run.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ PEER_JOBS = (
     ),
 )
 
-# Pooled medians (s per call/step) the peers recorded on the same 2-core CPU (RESULTS.md).
+# Pooled medians (s per call/step) the peers recorded on the same 2-core CPU.
 RECORDED = {
     "trl_gen": 0.613,
     "jax_decode": 0.477,
