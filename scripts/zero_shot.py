@@ -132,6 +132,9 @@ def env_config(
     # No training: the smallest batch the checks accept (groups of 2 for group estimators).
     c.rollout.num_tasks, c.rollout.group_size = data, 2
     c.train.minibatches, c.train.grad_accum = 1, 1
+    # Nothing is trained, but the start-up memory check sizes the update too: with remat its
+    # activations are one layer's, so the check measures what the evaluation needs.
+    c.model.remat = True
     c.train.eval_tasks = num_tasks
     c.lock()
     return c
