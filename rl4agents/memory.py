@@ -17,7 +17,8 @@
     episode arrays    24 x B x T x 4 / D_b: trajectory, batch and advantage arrays, [B, T] each
   transient, one phase at a time (the peak is resident + the largest phase):
     rollout           KV cache: layers x 2 x B x T_kv x kv_heads x head_dim x c / D_b, plus one
-                      prefill chunk of S tokens: B x S x (V x 4 + a(T_kv)) / D_b; when
+                      prefill chunk of S tokens: B x (S x a(T_kv) + V x 4) / D_b (the
+                      prefill computes logits at each row's last token only); when
                       branching under context="full", plus the fork snapshots: K x B_root x
                       layers x 2 x T_kv x kv_heads x head_dim x c / D_b (the roots' KV cache at
                       the start of each of the K turns, `branch.branch_rollout`; nested
@@ -504,9 +505,9 @@ def _rollout_terms(cfg: policy_lib.ModelConfig, sz: _Sizes, batch: int, label: s
         ),
         Term(
             "prefill",
-            sz.per_device(batch * sz.chunk * (sz.vocab * 4 + a_kv)),
-            f"{label}={batch} x {sz.chunk} tokens x (V={sz.vocab} x 4 + a({sz.kv_len})="
-            f"{a_kv:,} B) / {sz.split}",
+            sz.per_device(batch * (sz.chunk * a_kv + sz.vocab * 4)),
+            f"{label}={batch} x ({sz.chunk} tokens x a({sz.kv_len})={a_kv:,} B + "
+            f"V={sz.vocab} x 4 B at the last token) / {sz.split}",
         ),
     )
 

@@ -89,8 +89,9 @@ def test_estimate__tiny_terms_by_hand():
     assert est.term("reference") == TINY_PARAMS * 4
     assert est.term("episode arrays") == 24 * B * T * 4 // 8
     assert est.phases["rollout"][0].nbytes == LAYERS * 2 * B * T * KV_HEADS * HEAD_DIM * 4 // 8
-    # Prefill chunk: the longer of the prompt (21) and an observation (23).
-    assert est.phases["rollout"][1].nbytes == B * 23 * (V * 4 + _a(T)) // 8
+    # Prefill chunk: the longer of the prompt (21) and an observation (23), and the logits of
+    # each row's last token (the prefill computes no others).
+    assert est.phases["rollout"][1].nbytes == B * (23 * _a(T) + V * 4) // 8
     # The KL reference pass and the update compute logits at the R action slots alone, and the
     # update's last layer keeps its queries and MLP there only.
     assert est.term("scoring pass") == B * (L * _a(L) + R * 3 * V * 4) // 8
@@ -222,7 +223,7 @@ def test_estimate__branching_counts_every_row_and_the_fork_snapshots():
     on = memory.estimate(_run(config), MESH8)
     off = memory.estimate(_run(tiny_config()), MESH8)
     kv_row = LAYERS * 2 * T * KV_HEADS * HEAD_DIM * 4  # one episode's KV cache, 23,808 B
-    prefill_row = 23 * (V * 4 + _a(T))
+    prefill_row = 23 * _a(T) + V * 4  # logits at the last token only
     scoring_row = L * _a(L) + R * 3 * V * 4
     activations_row = L * ((LAYERS - 1) * _a(L) + KV + 2 * D * 4) + R * _a(L)
     logits_row = 3 * R * V * 4
