@@ -14,6 +14,12 @@ Loads the folder twice, with `hf.load_pretrained` (ours) and with
   |difference| over all its positions and the whole vocabulary, and the same for log-probs;
 - with `--float64`, both float32 runs against the reference in float64: the rounding floor
   that float32 leaves to any implementation, against which the first column is read;
+- each prompt alone (a batch of one) against the reference alone, and each side's batch
+  against its own result alone: float32 sums are not associative, and a kernel chosen for
+  another batch shape rounds differently;
+- with `--layers` (and `--float64`), per hidden state along the depth the largest difference
+  from the float64 reference, ours and the reference's float32, on the prompt whose logits
+  differ most: a wrong operation shows as a jump at one block, rounding as a slow growth;
 - `--new_tokens` greedy tokens after the first prompt: our KV-cache decoder against the
   reference's full forwards.
 
@@ -35,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 from rl4agents import provenance  # noqa: E402
 from rl4agents.models import hf, hf_tokenizer, parity  # noqa: E402
@@ -45,6 +52,9 @@ COLUMNS = (
     ("left_padded", "left-padded batch"),
     ("ours_padded_vs_unpadded", "ours padded vs alone"),
     ("log_probs", "log-probs"),
+    ("alone", "each alone"),
+    ("ours_batch_vs_alone", "ours batch vs alone"),
+    ("reference_batch_vs_alone", "reference batch vs alone"),
     ("ours_vs_reference_f64", "ours vs reference f64"),
     ("reference_f32_vs_f64", "reference f32 vs f64"),
 )
@@ -55,6 +65,9 @@ def parse_args(argv):
     ap.add_argument("--model", required=True, help="Local Hugging Face checkpoint folder.")
     ap.add_argument("--out", default="", help="Folder for parity.json/.md and command.txt.")
     ap.add_argument("--float64", action="store_true", help="Also run the reference in float64.")
+    ap.add_argument(
+        "--layers", action="store_true", help="Per-layer hidden-state errors (needs --float64)."
+    )
     ap.add_argument("--new_tokens", type=int, default=32, help="Greedy tokens to compare.")
     ap.add_argument("--atol", type=float, default=5e-4, help="Largest logit difference allowed.")
     return ap.parse_args(argv)
@@ -89,6 +102,21 @@ def markdown(result: dict) -> str:
         f"after the first prompt: {verdict}. Bound {result['atol']:g}: "
         f"{'passed' if result['passed'] else 'FAILED'}.",
     ]
+    if result.get("hidden_states"):
+        layers = result["hidden_states"]
+        lines += [
+            "",
+            f"Hidden states on `{layers['prompt']}`, largest |difference| from the reference in "
+            "float64 (0: embeddings; last: after the final norm):",
+            "",
+            "| state | max abs value | ours | reference f32 | ours' worst position |",
+            "| ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for i, row in enumerate(layers["states"]):
+            lines.append(
+                f"| {i} | {row['max_abs']:.1f} | {row['ours']:.2e} | {row['reference_f32']:.2e} "
+                f"| {row['ours_position']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -104,6 +132,13 @@ def run(args) -> dict:
     names, seqs, pad_id = prompts(args.model, cfg.vocab_size)
     logits = parity.compare(policy, ref, seqs, pad_id, float64=args.float64)
     greedy = parity.greedy_match(policy, ref, seqs[0], args.new_tokens)
+    hidden = None
+    if args.layers:
+        worst_prompt = int(np.argmax(logits["unpadded"]))
+        hidden = dict(
+            prompt=names[worst_prompt],
+            states=parity.layer_errors(policy, ref, seqs[worst_prompt]),
+        )
     worst = max(max(logits[k]) for k in ("unpadded", "left_padded", "ours_padded_vs_unpadded"))
     return dict(
         model=os.path.basename(os.path.normpath(args.model)),
@@ -114,6 +149,7 @@ def run(args) -> dict:
         prompt_tokens=[len(s) for s in seqs],
         logits=logits,
         greedy=greedy,
+        hidden_states=hidden,
         atol=args.atol,
         max_logit_diff=worst,
         passed=bool(worst <= args.atol and greedy["equal"]),
@@ -133,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.new_tokens < 1:
         print(f"check_parity: --new_tokens={args.new_tokens}; allowed: >= 1", file=sys.stderr)
+        return 2
+    if args.layers and not args.float64:
+        print("check_parity: --layers needs --float64", file=sys.stderr)
         return 2
     if not args.atol > 0:
         print(f"check_parity: --atol={args.atol}; allowed: a number > 0", file=sys.stderr)

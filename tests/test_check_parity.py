@@ -42,7 +42,7 @@ def test_batch__left_padding_positions_and_mask():
 
 def test_main__writes_the_report_and_passes(check_parity, folder, tmp_path, capsys):
     out = tmp_path / "out"
-    argv = [f"--model={folder}", f"--out={out}", "--float64", "--new_tokens=6"]
+    argv = [f"--model={folder}", f"--out={out}", "--float64", "--layers", "--new_tokens=6"]
     assert check_parity.main(argv) == 0
     result = json.loads((out / "parity.json").read_text())
     assert result["model"] == "model" and result["architecture"] == "llama"
@@ -54,8 +54,13 @@ def test_main__writes_the_report_and_passes(check_parity, folder, tmp_path, caps
     assert max(result["logits"]["ours_padded_vs_unpadded"]) < 1e-5
     assert result["greedy"]["equal"] and len(result["greedy"]["ours"]) == 6
     assert result["passed"] and result["host"]["logical_cpus"] >= 1
+    hidden = result["hidden_states"]
+    assert hidden["prompt"] in parity.PROMPT_NAMES and len(hidden["states"]) == 3  # embed + 2
+    assert hidden["states"][0]["ours"] == 0.0
+    assert all(row["ours"] < 1e-4 and row["max_abs"] > 0 for row in hidden["states"])
     table = (out / "parity.md").read_text()
-    assert table.count("\n| ") == 5 and "passed" in table  # header + separator, 4 prompts
+    # header + separator + 4 prompts, then header + separator + 3 hidden states
+    assert table.count("\n| ") == 10 and "passed" in table
     assert table in capsys.readouterr().out
     assert (out / "command.txt").read_text() == f"python scripts/check_parity.py {' '.join(argv)}\n"
 
@@ -78,3 +83,21 @@ def test_main__random_prompts_without_a_tokenizer_and_bad_flags(check_parity, fo
     assert check_parity.main([f"--model={tmp_path}"]) == 2
     assert check_parity.main([f"--model={folder}", "--new_tokens=0"]) == 2
     assert check_parity.main([f"--model={folder}", "--atol=0"]) == 2
+    assert check_parity.main([f"--model={folder}", "--layers"]) == 2
+
+
+def test_layer_errors__a_wrong_block_shows_as_a_jump_at_that_block(folder):
+    import torch
+    import transformers
+
+    from rl4agents.models import hf
+
+    policy, _ = hf.load_pretrained(folder, "float32")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    ids = list(range(3, 20))
+    clean = parity.layer_errors(policy, ref, ids)
+    assert max(row["ours"] for row in clean) < 1e-4
+    down = policy.model.layers[1].mlp.down_proj
+    down.kernel[...] = down.kernel[...] * 1.01  # a 1% error in block 2's MLP
+    broken = parity.layer_errors(policy, ref, ids)
+    assert broken[1]["ours"] < 1e-4 < broken[2]["ours"]

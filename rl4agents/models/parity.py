@@ -133,8 +133,11 @@ def compare(policy, ref, seqs: Sequence[Sequence[int]], pad_id: int, float64: bo
 
       unpadded                 ours vs the reference, each prompt as if alone
       left_padded              the same, all prompts in one left-padded batch
-      ours_padded_vs_unpadded  ours left-padded vs ours alone (0 when padding is exact)
+      ours_padded_vs_unpadded  ours left-padded vs ours right-filled (0 when padding is exact)
       log_probs                max |log-softmax difference|, unpadded
+      alone                    ours vs the reference, each prompt in a batch of its own
+      ours_batch_vs_alone      ours in the batch of all prompts vs ours alone
+      reference_batch_vs_alone the reference in the batch vs the reference alone
       ours_vs_reference_f64    (float64) ours vs the reference run in float64
       reference_f32_vs_f64     (float64) the reference's float32 vs its float64: the floor
 
@@ -163,17 +166,80 @@ def compare(policy, ref, seqs: Sequence[Sequence[int]], pad_id: int, float64: bo
             for (r, ra), (_, rb) in zip(rows[a_left], rows[b_left], strict=True)
         ]
 
+    alone = []
+    for seq in seqs:
+        one = batch([seq], pad_id, left=False)
+        alone.append(
+            (
+                our_logits(policy, *one[:3])[0],
+                reference_logits(ref, one[0], one[1], one[3], False)[0],
+            )
+        )
     ours, theirs = logits[False]
+    n = [len(s) for s in seqs]
     out = {
         "unpadded": diffs(ours, theirs, False, False),
         "left_padded": diffs(*logits[True], True, True),
         "ours_padded_vs_unpadded": diffs(logits[True][0], ours, True, False),
         "log_probs": diffs(ours, theirs, False, False, _log_softmax),
+        "alone": [float(np.abs(a - b).max()) for a, b in alone],
+        "ours_batch_vs_alone": [
+            float(np.abs(ours[r, : n[r]] - a).max()) for r, (a, _) in enumerate(alone)
+        ],
+        "reference_batch_vs_alone": [
+            float(np.abs(theirs[r, : n[r]] - b).max()) for r, (_, b) in enumerate(alone)
+        ],
     }
     if float64:
         out["ours_vs_reference_f64"] = diffs(ours, logits["f64"], False, False)
         out["reference_f32_vs_f64"] = diffs(theirs, logits["f64"], False, False)
     return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _hidden_states(graphdef, state, tokens, positions, mask):
+    decoder = nnx.merge(graphdef, state).model
+    x = decoder._embed(tokens)
+    states = [x]
+    for layer in decoder.layers:
+        x, _ = layer(x, positions, mask, None, 0)
+        states.append(x)
+    states[-1] = decoder.final_norm(x)
+    return states
+
+
+def layer_errors(policy, ref, ids: Sequence[int]) -> list[dict]:
+    """Where along the depth ours and the reference's float32 part from the reference's float64,
+    on one prompt `ids`: per hidden state (0: the embeddings, i: after block i, the last one
+    after the final norm, as transformers' `output_hidden_states`) a dict with `max_abs` (the
+    reference's largest |value|, f64), `ours` and `reference_f32` (largest |difference| from
+    the f64 states), and `ours_position` (the token position of ours' largest difference).
+
+    Tells a rounding difference (both float32 errors of one size, growing where activations
+    are large) from a wrong operation (ours jumps at one block)."""
+    import torch
+
+    tokens, positions, mask, _ = batch([ids], 0, left=False)
+    graphdef, state = nnx.split(policy)
+    ours = _hidden_states(graphdef, state, *map(jnp.asarray, (tokens, positions, mask)))
+    with torch.no_grad():
+        run = lambda: ref(torch.tensor(tokens, dtype=torch.long), output_hidden_states=True)  # noqa: E731
+        f32 = [h[0].numpy() for h in run().hidden_states]
+        ref.double()
+        f64 = [h[0].numpy() for h in run().hidden_states]
+        ref.float()
+    rows = []
+    for o, a, b in zip(ours, f32, f64, strict=True):
+        err = np.abs(np.asarray(o)[0] - b)
+        rows.append(
+            dict(
+                max_abs=float(np.abs(b).max()),
+                ours=float(err.max()),
+                reference_f32=float(np.abs(a - b).max()),
+                ours_position=int(np.unravel_index(err.argmax(), err.shape)[0]),
+            )
+        )
+    return rows
 
 
 def greedy_match(policy, ref, ids: Sequence[int], num_new: int) -> dict:
