@@ -22,21 +22,18 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-import functools  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from flax import nnx  # noqa: E402
 
 from rl4agents import config_utils  # noqa: E402
-from rl4agents.models import hf  # noqa: E402
+from rl4agents.models import hf, parity  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 ARCHS = ("llama", "qwen2", "qwen3")
@@ -85,18 +82,9 @@ def tiny_hf_model(arch: str, seed: int, vocab_size: int = 128):
     return model.eval()
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _forward(graphdef, state, tokens):
-    b, s = tokens.shape
-    positions = jnp.broadcast_to(jnp.arange(s), (b, s))
-    mask = jnp.broadcast_to(jnp.tril(jnp.ones((s, s), bool)), (b, s, s))
-    return nnx.merge(graphdef, state)(tokens, positions, mask).logits
-
-
 def our_logits(policy, tokens: np.ndarray) -> np.ndarray:
     """f32[B, S, V] logits of int32[B, S] tokens under a full causal mask."""
-    graphdef, state = nnx.split(policy)
-    return np.asarray(_forward(graphdef, state, jnp.asarray(tokens, jnp.int32)))
+    return parity.our_logits(policy, *parity.batch(tokens.tolist(), 0, left=False)[:3])
 
 
 def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
