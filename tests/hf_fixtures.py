@@ -1,7 +1,7 @@
 """Small Hugging Face tokenizer folders built locally (no downloads), shared by the tests of the
 importer, zero-shot evaluation and the real-model bench: a byte-level BPE with ChatML specials
-and template, trained on a corpus the test chooses, and the skip marker of tests that need the
-`hf` extra."""
+and template, trained on a corpus the test chooses, the skip marker of tests that need the
+`hf` extra, and where the SmolLM2 tests keep the converted SmolLM2-135M-Instruct."""
 
 from __future__ import annotations
 
@@ -17,12 +17,25 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 CHATML_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# The converted folder's name, inside `smollm2_root` (and in runs/models for get_model.py).
+SMOLLM2 = "smollm2-135m-instruct"
 
 
 def needs(*modules: str) -> pytest.MarkDecorator:
     """A skip marker for tests that import `modules` (the `hf` extra)."""
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     return pytest.mark.skipif(bool(missing), reason=f"needs {missing} (pip install .[hf])")
+
+
+def smollm2_root(config: pytest.Config) -> str | None:
+    """The folder that holds SmolLM2's GGUF file and its converted folder `SMOLLM2`
+    (tests/models/test_smollm2.py makes both): `$RL4AGENTS_SMOLLM2_DIR` if set, else the
+    "smollm2" folder of pytest's cache; None without either (the cache plugin is off)."""
+    root = os.environ.get("RL4AGENTS_SMOLLM2_DIR")
+    if root:
+        return root
+    cache = getattr(config, "cache", None)
+    return None if cache is None else str(cache.mkdir("smollm2"))
 
 
 def write_chatml_tokenizer(folder, corpus, vocab_size=300, bos_token="<|im_start|>", config=None):

@@ -136,15 +136,64 @@ def test_loss_validate__refuses_out_of_range_values(name, hparams, pattern):
 
 
 def test_build__value_clip_none_turns_value_clipping_off():
-    import jax
+    import dataclasses
 
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rl4agents.train import objective
+
+    # rows of random tokens, not a rollout's groups: no prompt shared within a group
     exp = experiment.build(
-        _cfg(**{"credit.name": "ppo_gae", "model.value_head": "shared", "loss.value_clip": None})
+        _cfg(
+            **{
+                "credit.name": "ppo_gae",
+                "model.value_head": "shared",
+                "model.num_layers": 1,
+                "train.share_prompt": False,
+                "loss.value_clip": None,
+            }
+        )
     )
-    assert exp.step_cfg.loss.value_clip is None
-    # The train step traces with the unclipped value loss.
-    _, metrics = jax.eval_shape(exp.train_step, exp.abstract_state(), exp.root_key())
-    assert "value_loss" in metrics
+    off = exp.step_cfg
+    assert off.loss.value_clip is None and off.loss.agg == "token-mean"
+    on = dataclasses.replace(off, loss=dataclasses.replace(off.loss, value_clip=0.5))
+    params = exp.init_state(jax.random.key(0)).params
+    # a non-zero value projection (it starts at 0), so that the values differ between slots
+    params = jax.tree.map(lambda x: x + 0.05 if x.ndim == 2 and x.shape[1] == 1 else x, params)
+    b, t = 2, 6
+    tokens = jax.random.randint(jax.random.key(1), (b, t), 0, exp.model_cfg.vocab_size)
+    valid = jnp.ones((b, t), bool)
+    action = jnp.broadcast_to(jnp.arange(t) >= 2, (b, t))  # two prompt slots, two turns of 2
+    values = rollout_lib.score_params(
+        off.graphdef, params, tokens, valid, off.rollout.temperature, True
+    ).values
+    assert float(jnp.abs(values).max()) > 1e-3
+    # V_old is 1 above V, farther than the clip range 0.5; the return R is d below V
+    d = jnp.linspace(0.1, 0.4, b * t).reshape(b, t)
+    zeros = jnp.zeros((b, t), jnp.float32)
+    batch = objective.Batch(
+        tokens=tokens,
+        valid_mask=valid,
+        action_mask=action,
+        logp_old=zeros,
+        advantages=zeros,
+        returns=values - d,
+        values_old=values + 1.0,
+        logp_ref=zeros,
+        weights=jnp.ones((b, t), jnp.float32),
+        obs_target=~action,
+        turn_ids=jnp.broadcast_to(jnp.asarray([-1, -1, 0, 0, 1, 1], jnp.int32), (b, t)),
+    )
+    d_act = np.asarray(d)[np.asarray(action)]
+    for cfg, clipped in ((off, False), (on, True)):
+        _, m = jax.jit(lambda p, bt, cfg=cfg: objective.loss_fn(p, bt, cfg))(params, batch)
+        # unclipped: 0.5 mean (V - R)^2 = 0.5 mean d^2; clipped: V_clip = V_old - 0.5 = V + 0.5
+        # on every action token, so 0.5 mean (0.5 + d)^2, and every token counts as clipped
+        want = 0.5 * np.mean(((0.5 if clipped else 0.0) + d_act) ** 2)
+        np.testing.assert_allclose(float(m["value_loss"]), want, rtol=1e-5)
+        assert float(m["vf_clipfrac"]) == (1.0 if clipped else 0.0)
 
 
 def test_validate__every_variant_accepts_its_reference_defaults():

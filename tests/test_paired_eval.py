@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from rl4agents import results
 from tests.scripts import load_script
 
 
@@ -43,7 +44,11 @@ def test_env_row__means_interval_and_extras_by_hand(paired_eval):
     assert row["base_test"] == 0.25
     assert row["rl_test"] == 0.5
     assert row["delta"] == 0.25
-    assert row["delta_ci_low"] <= 0.25 <= row["delta_ci_high"]
+    # the interval: results.paired_bootstrap_ci of the greedy outcomes, seed 0, rounded
+    greedy = np.stack([o["greedy_success"] for o in rl])
+    _, low, high = results.paired_bootstrap_ci(greedy, base["greedy_success"], samples=2000, seed=0)
+    assert (row["delta_ci_low"], row["delta_ci_high"]) == (round(low, 4), round(high, 4))
+    assert row["delta_ci_low"] < 0.25 < row["delta_ci_high"]
     assert row["seeds"] == 3 and row["eval_tasks"] == 4
     assert row["minutes"] == 16.0  # the longest run, rounded to 0.1
     assert row["rl_test_per_seed"] == "0.500 0.750 0.250"
@@ -51,7 +56,12 @@ def test_env_row__means_interval_and_extras_by_hand(paired_eval):
     assert row["rl_sampled"] == pytest.approx((0.75 + 1.0 + 0.25) / 3, abs=1e-4)
     # Sampled: base 0.5; seeds 0.75, 1.0, 0.25, mean 2/3: a change of 1/6.
     assert row["sampled_delta"] == pytest.approx(1 / 6, abs=1e-4)
-    assert row["sampled_ci_low"] <= row["sampled_delta"] <= row["sampled_ci_high"]
+    sampled = np.stack([o["sampled_success"] for o in rl])
+    _, low, high = results.paired_bootstrap_ci(
+        sampled, base["sampled_success"], samples=2000, seed=0
+    )
+    assert (row["sampled_ci_low"], row["sampled_ci_high"]) == (round(low, 4), round(high, 4))
+    assert row["sampled_ci_low"] < row["sampled_delta"] < row["sampled_ci_high"]
     assert row["steps"] == "40 38 35"
     assert row["p_sign_flip"] == 0.5
     assert row["cpu_hours"] == 1.0  # 3,600 CPU-seconds summed over seeds

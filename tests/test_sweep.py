@@ -588,10 +588,23 @@ def test_runner__bad_value_fails_before_any_run_starts(fake, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "spec", ["configs/frozen_lake.py", "configs/sokoban.py:ppo_gae", "configs/countdown.py"]
+    "spec, env, credit",
+    [
+        ("configs/frozen_lake.py", "frozen_lake", "grpo"),
+        ("configs/sokoban.py:ppo_gae", "sokoban", "ppo_gae"),
+        ("configs/countdown.py", "countdown", "grpo"),
+    ],
 )
-def test_check_config__accepts_shipped_configs(spec):
-    sweep.check_config(sweep.resolve(str(ROOT / spec), {}))
+def test_check_config__accepts_shipped_configs(spec, env, credit):
+    config = sweep.resolve(str(ROOT / spec), {})
+    assert (config.env.name, config.credit.name) == (env, credit)
+    before = config.to_dict()
+    assert sweep.check_config(config) is None
+    assert config.to_dict() == before  # checked, not changed
+    # the same config with one bad value of its environment's section is refused
+    bad = sweep.resolve(str(ROOT / spec), {f"env.{env}.invalid_penalty": -0.1})
+    with pytest.raises(ValueError, match=r"^invalid_penalty must be >= 0 .*got -0\.1$"):
+        sweep.check_config(bad)
 
 
 # Malformed study files: one line naming the file and the problem, exit status 2.

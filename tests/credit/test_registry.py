@@ -70,6 +70,16 @@ EXPECTED_DEFAULTS = {
 }
 NEEDS_VALUES = {"ppo_gae", "turn_gae", "step_gae"}
 NEEDS_GREEDY = {"remax"}
+# Critic-free estimators that centre each episode's score, or each turn's reward among the
+# turns of one index, within its task group (docs/methods.md sections 2, 3.2 and 8: on a plain
+# trajectory tree_grpo and arpo are GRPO's group z-score of the score, salt a mean of those):
+# equal scores and turn rewards give exactly 0 in every group of two or more. Not here: the
+# critic (ppo_gae, turn_gae, step_gae) and greedy-baseline (remax) estimators; reinforce_pp and
+# reinforce_pp_baseline, which whiten over the whole batch (a singleton's raw score moves
+# every token); those of turn returns, which differ with an episode's length even when its
+# rewards are equal (vineppo, turn_return, at_grpo, gigpo, which also charges unparsed
+# actions); and empg, whose entropy weights and bonus do not cancel.
+ZERO_ON_TIES = {"grpo", "dr_grpo", "rloo", "opo", "mt_grpo", "tree_grpo", "arpo", "salt"}
 # Known bugs (xfail strict: an XPASS means fixed, drop the entry).
 IGNORES_PENALTY: dict[str, str] = {}
 
@@ -138,6 +148,7 @@ def test_registry__has_every_agreed_variant_with_its_defaults():
 def test_registry__requires_values_and_greedy():
     assert {n for n in NAMES if credit.requires_values(n)} == NEEDS_VALUES
     assert {n for n in NAMES if credit.requires_greedy(n)} == NEEDS_GREEDY
+    assert ZERO_ON_TIES <= set(NAMES) and not ZERO_ON_TIES & (NEEDS_VALUES | NEEDS_GREEDY)
     assert credit.get("ppo_gae").needs_values
 
 
@@ -253,7 +264,8 @@ def test_variant__empty_response_episode(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_variant__all_equal_rewards_are_finite(name):
-    """Every score and turn reward equal (zero std everywhere): finite, no NaN from 0/0."""
+    """Every score and turn reward equal (zero std everywhere): finite, no NaN from 0/0; and
+    exactly 0 in every group of two or more for the estimators that centre them in groups."""
     traj = _traj(4)
     traj = traj.replace(
         turn_rewards=jnp.where(traj.turn_valid, 1.0, 0.0),
@@ -261,7 +273,13 @@ def test_variant__all_equal_rewards_are_finite(name):
         token_penalty=jnp.zeros_like(traj.token_penalty),
     )
     out = _jit(name)(traj, _values(traj))
-    assert np.all(np.isfinite(np.asarray(out.advantages)))
+    adv = np.asarray(out.advantages)
+    assert np.all(np.isfinite(adv))
+    if name in ZERO_ON_TIES:
+        gids = np.asarray(traj.group_ids)
+        grouped = np.array([np.sum(gids == g) > 1 for g in gids])
+        assert grouped.sum() == len(gids) - 1  # all but the singleton
+        np.testing.assert_array_equal(adv[grouped], 0.0)
 
 
 @pytest.mark.parametrize("name", NAMES)

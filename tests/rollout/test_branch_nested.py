@@ -340,9 +340,20 @@ def _check_estimators(traj, keep, ref_traj):
 
 def test_tree_estimators__two_level_rollout_equals_loop_reference():
     tree = jax.tree.map(jnp.asarray, _run(NESTED))
+    # The untrained policy earns the same reward on every turn, which would make every
+    # advantage 0 on both sides. Each step gets a reward of its own instead, a function of its
+    # step id (rows through a shared step share it), so that branches differ in return.
+    steps = np.asarray(tree.step_ids)
+    rewards = np.where(np.asarray(tree.turn_valid), (steps * 7 % 5) / 4.0, 0.0)
+    tree = tree.replace(
+        turn_rewards=jnp.asarray(rewards, jnp.float32),
+        outcome_reward=jnp.asarray(rewards.sum(1), jnp.float32),
+    )
     keep, ref = _without_empty_rows(jax.device_get(tree))
     assert np.max(np.asarray(tree.depth)[keep]) == 2
     _check_estimators(tree, keep, ref)
+    adv = np.asarray(credit.get("tree_grpo")(tree, None).advantages)
+    assert np.abs(adv).max() > 0.1
 
 
 @pytest.mark.parametrize("seed", [0, 1])

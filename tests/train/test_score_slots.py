@@ -63,7 +63,10 @@ def test_action_slots__hold_every_action_token_of_a_rollout():
 def test_score__slots_equal_the_full_pass_there_and_zero_elsewhere(value_head):
     traj = _traj()
     model_cfg = policy_lib.make_config("tiny", ENV.tokenizer.vocab_size, value_head=value_head)
-    model = policy_lib.Policy(model_cfg, nnx.Rngs(1))
+    graphdef, params = nnx.split(policy_lib.Policy(model_cfg, nnx.Rngs(1)))
+    # a non-zero value projection (it starts at 0), so that the values differ between slots
+    params = jax.tree.map(lambda x: x + 0.05 if x.ndim == 2 and x.shape[1] == 1 else x, params)
+    model = nnx.merge(graphdef, params)
     with_values = value_head != "none"
     b = traj.tokens.shape[0]
     slots = rollout_lib.action_slots(rollout_lib.make_layout(ENV, CFG))
@@ -76,6 +79,8 @@ def test_score__slots_equal_the_full_pass_there_and_zero_elsewhere(value_head):
     at = np.zeros(traj.tokens.shape, bool)
     at[:, slots] = True
     fields = ["logp", "entropy"] + (["values"] if with_values else [])
+    if with_values:
+        assert np.abs(np.asarray(full.values)[at]).max() > 1e-3
     for name in fields:
         f, p = np.asarray(getattr(full, name)), np.asarray(getattr(part, name))
         np.testing.assert_allclose(p[at], f[at], atol=2e-5, err_msg=name)

@@ -30,6 +30,13 @@ def _losses(name):
         tiny_config(**over, **{"rollout.context": "window", "rollout.window_turns": 3})
     )
     state = full.init_state(jax.random.key(0))
+    # a non-zero value projection (it starts at 0), so that the critic's values enter the
+    # advantages and the value loss
+    state = state.replace(
+        params=jax.tree.map(
+            lambda x: x + 0.05 if x.ndim == 2 and x.shape[1] == 1 else x, state.params
+        )
+    )
     # the update of a plain rollout (a no-op but for the tree estimators' branching)
     wc, fc = (
         dataclasses.replace(e.step_cfg, branch=None, train_roots_only=False) for e in (win, full)
@@ -59,6 +66,8 @@ def _check(name):
     for key in ("loss", "pg_loss", "entropy", "kl_ref"):
         np.testing.assert_allclose(float(m_win[key]), float(m_full[key]), rtol=1e-4, atol=1e-6)
     if credit.requires_values(name):
+        values = np.asarray(b_win.values_old)[np.asarray(b_win.action_mask)]
+        assert np.abs(values).max() > 1e-3
         np.testing.assert_allclose(
             float(m_win["value_loss"]), float(m_full["value_loss"]), rtol=1e-4, atol=1e-6
         )
