@@ -5,7 +5,10 @@ function as the reference implementation before training it. `compare` runs both
 float32 on the same prompts, alone and left-padded in one batch, and reports per prompt the
 largest absolute logit difference over its real tokens; with `float64=True` it also runs the
 reference in float64, which measures the float32 rounding floor that any two float32
-implementations share. `greedy_match` checks that our KV-cache decoder and the reference's full
+implementations share; it also compares each prompt run alone with its result inside the
+batch, on both sides (float32 sums round differently under kernels chosen for another shape).
+`layer_errors` follows one prompt block by block against the reference's float64 hidden states,
+which tells rounding from a wrong operation. `greedy_match` checks that our KV-cache decoder and the reference's full
 forwards pick the same tokens. `scripts/check_parity.py` is the command line.
 
 `torch` and `transformers` are imported only by the functions that need them.
