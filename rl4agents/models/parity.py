@@ -8,8 +8,9 @@ reference in float64, which measures the float32 rounding floor that any two flo
 implementations share; it also compares each prompt run alone with its result inside the
 batch, on both sides (float32 sums round differently under kernels chosen for another shape).
 `layer_errors` follows one prompt block by block against the reference's float64 hidden states,
-which tells rounding from a wrong operation. `greedy_match` checks that our KV-cache decoder and the reference's full
-forwards pick the same tokens. `scripts/check_parity.py` is the command line.
+which tells rounding from a wrong operation. `greedy_match` checks that our KV-cache decoder
+and the reference's full forwards pick the same tokens. `scripts/check_parity.py` is the
+command line.
 
 `torch` and `transformers` are imported only by the functions that need them.
 """
