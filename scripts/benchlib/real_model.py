@@ -22,6 +22,14 @@ every job x library x dtype per round), in float32 and in bf16:
   by hand (`log_softmax` + `gather` of `logits_to_keep` = T + 1 positions, as TRL scores
   completions), `backward`, `clip_grad_norm_`, `torch.optim.AdamW`.
 
+When `trl` is importable (run the benchmark with a Python that has it; it is not a
+dependency of rl4agents), the GRPO step is also timed in TRL: `trl.GRPOTrainer.compute_loss`
+on the same batch (`loss_type="bnpo"`, the token mean over the batch that the formula above
+is; `beta=0`, `epsilon` = `CLIP`, the old log-probs given), then `backward`,
+`clip_grad_norm_` and the trainer's own AdamW. TRL scores completions with its fused LM head
+(log-probs and entropy in one pass) and passes no position ids, so on left-padded rows its
+log-probs and first loss differ from the other two (its first loss is reported beside theirs).
+
 bf16 is bf16 compute with float32 weights in both: ours `model.dtype="bfloat16"` (float32
 master weights, bf16 operands into float32 products), theirs `torch.autocast("cpu",
 torch.bfloat16)` around the forward. Generation always uses the loaded weights; each library's
@@ -60,6 +68,7 @@ from . import jobs
 
 DTYPES = ("float32", "bfloat16")
 LIBRARIES = ("rl4agents", "torch")
+TRL = "trl"  # a third library for the GRPO step, when `trl` is importable
 JOBS = ("generate", "grpo_step")
 LOGIT_CHUNK = 16  # completion slots per block of the LM head + log-softmax (ours)
 LR = 1e-6
@@ -400,6 +409,92 @@ def torch_grpo_step(model, opt, tb: dict, dtype: str) -> float:
     return float(loss.detach())
 
 
+def trl_available() -> bool:
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def trl_trainer(model, tokenizer, sizes: Sizes, workdir: str):
+    """A `trl.GRPOTrainer` around `model` (trained in place) with the settings of our step:
+    token-mean loss over the batch (`bnpo`), clip `CLIP`, no KL term, AdamW at `LR`, gradient
+    norm clipped at `GRAD_CLIP`, no activation checkpointing (as our step here). Its dataset
+    and reward function are placeholders: the benchmark feeds the trainer's loss the fixed
+    batch and never generates with it."""
+    import datasets
+    import trl
+
+    args = trl.GRPOConfig(
+        output_dir=workdir,
+        per_device_train_batch_size=sizes.group,
+        num_generations=sizes.group,
+        max_completion_length=sizes.new_tokens,
+        loss_type="bnpo",
+        beta=0.0,
+        epsilon=CLIP,
+        learning_rate=LR,
+        weight_decay=WEIGHT_DECAY,
+        max_grad_norm=GRAD_CLIP,
+        gradient_checkpointing=False,  # TRL's default recomputes activations; ours here does not
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+        args=args,
+        train_dataset=datasets.Dataset.from_dict({"prompt": ["-"] * sizes.group}),
+        processing_class=tokenizer,
+    )
+    trainer.create_optimizer()
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by its training loop, which is not run
+    return trainer
+
+
+def trl_inputs(tb: dict, prompt_len: int) -> dict:
+    """`torch_batch`'s batch in the layout `GRPOTrainer.compute_loss` reads."""
+    return dict(
+        prompt_ids=tb["tokens"][:, :prompt_len],
+        prompt_mask=tb["valid"][:, :prompt_len],
+        completion_ids=tb["tokens"][:, prompt_len:],
+        completion_mask=tb["action_mask"].long(),
+        advantages=tb["advantages"][:, 0],
+        old_per_token_logps=tb["logp_old"],
+    )
+
+
+def trl_logp_vs_torch(trainer, inputs: dict, model, tb: dict) -> float:
+    """Max |log p| difference on the completion tokens, float32, between TRL's scoring (its
+    fused LM head) and the full log-softmax of `torch_completion_logp`."""
+    import torch
+
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    valid = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    t = inputs["completion_ids"].shape[1]
+    with torch.no_grad():
+        theirs, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, valid, t)
+        full = torch_completion_logp(model, tb)
+    return float((theirs - full)[inputs["completion_mask"].bool()].abs().max())
+
+
+def trl_grpo_step(trainer, inputs: dict, dtype: str) -> float:
+    """One GRPO update through TRL's own loss; returns the loss before it."""
+    import torch
+
+    model = trainer.model
+    with _autocast(dtype):
+        loss = trainer.compute_loss(model, inputs)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+    trainer.optimizer.step()
+    return float(loss.detach())
+
+
 def torch_generate(model, prompts: Prompts, new_tokens: int, dtype: str, seed: int):
     """int64[P, T] tokens from `model.generate`: sampling at temperature 1 over the full
     vocabulary (top_k 0, top_p 1), exactly `new_tokens` new tokens."""
@@ -499,6 +594,7 @@ def run(
     repeats: int = 3,
     dtypes: tuple[str, ...] = DTYPES,
     log: Callable[[str], None] = print,
+    trl: bool | None = None,
 ) -> dict:
     """Time both jobs in both libraries and `dtypes`, interleaved per round.
 
@@ -507,7 +603,9 @@ def run(
     dtype, first_s, times_s, median_s, min_s, max_s; generation adds tokens_per_s; the
     rl4agents rows add `time_ratio` = ours / theirs median seconds), the first GRPO losses of
     each library (`first_loss`, before any update in float32), the log-prob parity and the
-    metadata (threads, devices, CPU, versions, sizes).
+    metadata (threads, devices, CPU, versions, sizes). With `trl` (default: when it is
+    importable) the GRPO step is also timed in TRL (library "trl"), and our GRPO rows add
+    `time_ratio_trl` = ours / TRL's median seconds.
     """
     import torch
     import transformers
@@ -530,6 +628,18 @@ def run(
         s.torch_train.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=WEIGHT_DECAY
     )
     key = jax.random.key(0)
+    trl = trl_available() if trl is None else trl
+    libraries = LIBRARIES + ((TRL,) if trl else ())
+    if trl:
+        import tempfile
+
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        trainer = trl_trainer(
+            copy.deepcopy(s.torch_model), tokenizer, sizes, tempfile.mkdtemp(prefix="trl_bench_")
+        )
+        inputs = trl_inputs(s.torch_batch, sizes.prompt_len)
+        trl_parity = trl_logp_vs_torch(trainer, inputs, s.torch_model, s.torch_batch)
+        log(f"log-prob parity (max |TRL - torch|, float32): {trl_parity:.3g}")
 
     def ours_gen(dtype, i):
         out = gen_fns[dtype](jax.random.fold_in(key, i), s.params)
@@ -557,7 +667,9 @@ def run(
         ("grpo_step", "rl4agents"): ours_step,
         ("grpo_step", "torch"): torch_step,
     }
-    cells = [(j, lib, d) for j in JOBS for d in dtypes for lib in LIBRARIES]
+    if trl:
+        calls[("grpo_step", TRL)] = lambda dtype, i: trl_grpo_step(trainer, inputs, dtype)
+    cells = [(j, lib, d) for j in JOBS for d in dtypes for lib in libraries if (j, lib) in calls]
     first, first_loss, times = {}, {}, {c: [] for c in cells}
     for cell in cells:
         job, lib, dtype = cell
@@ -588,6 +700,9 @@ def run(
         if r["library"] == "rl4agents":
             theirs = by_cell[(r["job"], "torch", r["dtype"])]["median_s"]
             r["time_ratio"] = round(r["median_s"] / theirs, 4)
+            if (r["job"], TRL, r["dtype"]) in by_cell:
+                trl_s = by_cell[(r["job"], TRL, r["dtype"])]["median_s"]
+                r["time_ratio_trl"] = round(r["median_s"] / trl_s, 4)
     meta = dict(
         folder=os.path.basename(os.path.normpath(folder)),
         sizes=dataclasses.asdict(sizes),
@@ -600,13 +715,23 @@ def run(
         torch_threads=torch.get_num_threads(),
         torch=torch.__version__,
         transformers=transformers.__version__,
+        trl=_trl_version() if trl else None,
         jax=jax.__version__,
         jax_devices=[str(d) for d in jax.devices()],
         mesh=dict(s.mesh.shape),
         cpu_model=cpu_model(),
         cpu_count=os.cpu_count(),
     )
-    return dict(rows=rows, first_loss=first_loss, logp_parity=s.parity, meta=meta)
+    res = dict(rows=rows, first_loss=first_loss, logp_parity=s.parity, meta=meta)
+    if trl:
+        res["logp_parity_trl"] = trl_parity
+    return res
+
+
+def _trl_version() -> str:
+    import trl
+
+    return trl.__version__
 
 
 def table(res: dict) -> str:
@@ -621,7 +746,12 @@ def table(res: dict) -> str:
         f"{sz['prompt_len'] + sz['new_tokens']} slots; median of {m['repeats']} rounds",
         f"{m['cpu_model']}, {m['cpu_count']} cores; torch {m['torch_threads']} threads; jax "
         f"{len(m['jax_devices'])} devices, mesh {m['mesh']}",
-        f"max |log p ours - torch| on the GRPO batch: {parity}; first GRPO losses: {losses}",
+        f"max |log p ours - torch| on the GRPO batch: {parity}; first GRPO losses: {losses}"
+        + (
+            f"; max |log p TRL - torch| (float32): {res['logp_parity_trl']:.2g}"
+            if "logp_parity_trl" in res
+            else ""
+        ),
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -629,6 +759,8 @@ def table(res: dict) -> str:
     for r in res["rows"]:
         rate = f"{r['tokens_per_s']:,.1f} tok/s" if "tokens_per_s" in r else "-"
         ratio = f"{r['time_ratio']:.3g}x time" if "time_ratio" in r else ""
+        if "time_ratio_trl" in r:
+            ratio += f", {r['time_ratio_trl']:.3g}x TRL's"
         cells = [
             r["job"],
             r["dtype"],

@@ -200,9 +200,35 @@ def test_grpo_step__two_steps_same_losses_as_torch(setup, monkeypatch):
     assert ours[0] == pytest.approx(per_tok[mask].mean(), abs=1e-5)
 
 
+def test_trl_grpo_step__trl_loss_is_the_formula_on_its_log_probs(setup, tokenizer, tmp_path):
+    # TRL is optional (run the benchmark with a Python that has it). Its loss on our batch is
+    # the clipped formula on its own log-probs (so the batch reaches it as laid out here), and
+    # those come from its fused LM head, near the full log-softmax but not equal to it.
+    pytest.importorskip("trl")
+    import torch
+
+    trainer = real_model.trl_trainer(
+        copy.deepcopy(setup.torch_model), tokenizer, SIZES, str(tmp_path)
+    )
+    inputs = real_model.trl_inputs(setup.torch_batch, SIZES.prompt_len)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    valid = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logp, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, valid, SIZES.new_tokens
+        )
+        full = real_model.torch_completion_logp(setup.torch_model, setup.torch_batch)
+    want = float(real_model.torch_grpo_loss(logp, setup.torch_batch))
+    first = real_model.trl_grpo_step(trainer, inputs, "float32")
+    assert first == pytest.approx(want, abs=1e-6) and first != 0.0
+    assert real_model.trl_grpo_step(trainer, inputs, "float32") != first  # the update moved it
+    mask = inputs["completion_mask"].bool()
+    assert 0 < float((logp - full)[mask].abs().max()) < 1e-2
+
+
 @pytest.fixture(scope="module")
 def result(folder):
-    return real_model.run(folder, SIZES, repeats=1, log=lambda msg: None)
+    return real_model.run(folder, SIZES, repeats=1, log=lambda msg: None, trl=False)
 
 
 def test_run__rows_for_every_job_library_dtype(result):
