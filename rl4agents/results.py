@@ -18,7 +18,7 @@ import numpy as np
 from rl4agents.train import writers
 
 CONFIG_NAME = "config.json"  # the resolved config, written by scripts/sweep.py
-COMMAND_NAME = "command.txt"
+COMMAND_NAME = writers.COMMAND_NAME
 LOG_NAME = "log.txt"
 SUMMARY_NAME = writers.SUMMARY_NAME
 read_summary = writers.read_summary  # the run's summary.json, or None

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import sys
 import time
 
@@ -41,8 +40,9 @@ from check_parity import prompts  # noqa: E402  (scripts/, beside this file)
 
 from rl4agents import config_utils, provenance  # noqa: E402
 from rl4agents.models import hf, parity  # noqa: E402
+from rl4agents.train import writers  # noqa: E402
 
-JSON_NAME, MD_NAME, COMMAND_NAME = "tolerance.json", "tolerance.md", "command.txt"
+JSON_NAME, MD_NAME = "tolerance.json", "tolerance.md"
 RUNS = (("ours", "ours, bf16 vs f32"), ("torch", "PyTorch autocast bf16 vs f32"))
 COLUMNS = (  # key, title, format
     ("max_dlogp", "max \\|Δ log p\\|", "{:.3g}"),
@@ -200,12 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table, end="")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, JSON_NAME), "w") as f:
-            json.dump(result, f, indent=2)
-        with open(os.path.join(args.out, MD_NAME), "w") as f:
-            f.write(table)
-        with open(os.path.join(args.out, COMMAND_NAME), "a") as f:
-            f.write(f"python scripts/bf16_tolerance.py {shlex.join(argv)}\n")
+        writers.write_text(os.path.join(args.out, JSON_NAME), json.dumps(result, indent=2))
+        writers.write_text(os.path.join(args.out, MD_NAME), table)
+        writers.append_command(args.out, "scripts/bf16_tolerance.py", argv)
     return 0
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 
@@ -45,8 +44,9 @@ import numpy as np  # noqa: E402
 
 from rl4agents import provenance  # noqa: E402
 from rl4agents.models import hf, hf_tokenizer, parity  # noqa: E402
+from rl4agents.train import writers  # noqa: E402
 
-JSON_NAME, MD_NAME, COMMAND_NAME = "parity.json", "parity.md", "command.txt"
+JSON_NAME, MD_NAME = "parity.json", "parity.md"
 COLUMNS = (
     ("unpadded", "ours vs reference"),
     ("left_padded", "left-padded batch"),
@@ -181,12 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table, end="")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, JSON_NAME), "w") as f:
-            json.dump(result, f, indent=2)
-        with open(os.path.join(args.out, MD_NAME), "w") as f:
-            f.write(table)
-        with open(os.path.join(args.out, COMMAND_NAME), "a") as f:
-            f.write(f"python scripts/check_parity.py {shlex.join(argv)}\n")
+        writers.write_text(os.path.join(args.out, JSON_NAME), json.dumps(result, indent=2))
+        writers.write_text(os.path.join(args.out, MD_NAME), table)
+        writers.append_command(args.out, "scripts/check_parity.py", argv)
     return 0 if result["passed"] else 1
 
 

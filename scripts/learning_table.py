@@ -152,13 +152,14 @@ def main() -> None:
     table = choose(attempts)
     columns = [*COLUMNS, *extra, "study", "settings", "attempts"]
     os.makedirs(args.out, exist_ok=True)
-    _write_csv(os.path.join(args.out, "table.csv"), table, columns)
+    writers.write_csv(os.path.join(args.out, "table.csv"), table, columns, ignore_extra=True)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(writers.format_table([_numbers(r) for r in table], columns) + "\n")
-    _write_csv(
+    writers.write_csv(
         os.path.join(args.out, "attempts.csv"),
         attempts,
         [*COLUMNS, *extra, "study", "settings", "start", "eligible", "why_not"],
+        ignore_extra=True,
     )
     for row in table:
         print(
@@ -184,15 +185,6 @@ def _numbers(row: dict) -> dict:
             except (TypeError, ValueError):
                 pass
     return out
-
-
-def _write_csv(path: str, rows: list[dict], columns) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,13 @@ The figures are those of the backend JAX runs on (the CPU here) under the XLA_FL
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import shlex
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CSV_NAME, MD_NAME, COMMAND_NAME = "logit_chunk_memory.csv", "logit_chunk_memory.md", "command.txt"
+CSV_NAME, MD_NAME = "logit_chunk_memory.csv", "logit_chunk_memory.md"
 PASSES = ("forward", "forward+backward")
 DTYPES = ("float32", "bfloat16")
 # SmolLM2-135M(-Instruct)'s config.json, but for its 30 layers (`--layers`).
@@ -177,12 +175,7 @@ def write_outputs(out: str, rows: list[dict]) -> None:
     """The CSV (replaced whole) and the Markdown tables of `rows`."""
     from rl4agents.train import writers
 
-    tmp = os.path.join(out, CSV_NAME + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, os.path.join(out, CSV_NAME))
+    writers.write_csv(os.path.join(out, CSV_NAME), rows, list(COLUMNS))
     chunks = list(dict.fromkeys(r["logit_chunk"] for r in rows))
     temp = {(r["dtype"], r["pass"], r["logit_chunk"]): r["temp_gib"] for r in rows}
     pivot = []
@@ -217,13 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FlagError, ValueError) as e:
         print(f"logit_chunk_memory: {e}", file=sys.stderr)
         return 2
+    from rl4agents.train import writers
+
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, COMMAND_NAME), "a") as f:
-        flags = os.environ.get("XLA_FLAGS", "")
-        f.write(
-            f"XLA_FLAGS={shlex.quote(flags)} python scripts/logit_chunk_memory.py "
-            f"{shlex.join(argv)}\n"
-        )
+    writers.append_command(args.out, "scripts/logit_chunk_memory.py", argv, env=("XLA_FLAGS",))
     setting = {
         "layers": args.layers,
         "batch": args.batch,

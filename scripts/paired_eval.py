@@ -261,8 +261,8 @@ def main() -> None:
         # Rows written before a column existed show it empty.
         table = [{c: r.get(c, "") for c in COLUMNS + EXTRA} for r in kept]
         curves = {r["env"]: curves[r["env"]] for r in table if curves.get(r["env"], [[]])[0]}
-    _write_csv(os.path.join(args.out, "per_task.csv"), raw)
-    _write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
+    writers.write_csv(os.path.join(args.out, "per_task.csv"), raw)
+    writers.write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(writers.format_table(table, list(COLUMNS + EXTRA)) + "\n")
     plot(curves, os.path.join(args.out, "curves.png"), args.split)
@@ -392,16 +392,6 @@ def _row(env: str, policy: str, seed, task: int, out: dict) -> dict:
         "task": task,
         **{k: float(out[k][task]) for k in sorted(out)},
     }
-
-
-def _write_csv(path: str, rows: list[dict], columns=None) -> None:
-    columns = list(columns or rows[0])
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ import csv
 import importlib
 import math
 import os
-import shlex
 import sys
 import time
 
@@ -55,7 +54,7 @@ from rl4agents.train import experiment, loop, resolve, writers  # noqa: E402
 ENVS = (*base_policy.ENVS, "guess_number")
 SPLIT = "test"
 AUTO = resolve.AUTO_PROMPT  # --system_prompt: the environment's instruction
-CSV_NAME, MD_NAME, COMMAND_NAME = "zero_shot.csv", "zero_shot.md", "command.txt"
+CSV_NAME, MD_NAME = "zero_shot.csv", "zero_shot.md"
 COLUMNS = (
     "env",
     "greedy_success",
@@ -169,14 +168,8 @@ def read_rows(path: str) -> list[dict]:
 def write_rows(out: str, rows: list[dict]) -> None:
     """zero_shot.csv and zero_shot.md of `rows`, in `ENVS` order (each replaced whole)."""
     rows = sorted(rows, key=lambda r: ENVS.index(r["env"]))
-    tmp = os.path.join(out, CSV_NAME + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, os.path.join(out, CSV_NAME))
-    with open(os.path.join(out, MD_NAME), "w") as f:
-        f.write(writers.format_table(rows, list(COLUMNS)) + "\n")
+    writers.write_csv(os.path.join(out, CSV_NAME), rows, list(COLUMNS))
+    writers.write_text(os.path.join(out, MD_NAME), writers.format_table(rows, list(COLUMNS)) + "\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -211,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zero_shot: --envs names {bad}; allowed: {list(ENVS)}", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, COMMAND_NAME), "a") as f:
-        flags = os.environ.get("XLA_FLAGS", "")
-        f.write(f"XLA_FLAGS={shlex.quote(flags)} python scripts/zero_shot.py {shlex.join(argv)}\n")
+    writers.append_command(args.out, "scripts/zero_shot.py", argv, env=("XLA_FLAGS",))
     rows = read_rows(os.path.join(args.out, CSV_NAME))
     done = {r["env"]: r for r in rows}
     for i, env in enumerate(envs, 1):

@@ -102,7 +102,7 @@ def test_write_and_read_csv__round_trip(paired_eval, tmp_path):
         {"env": "sokoban", "delta": -0.5, "seeds": 5, "steps": "7"},
     ]
     path = str(tmp_path / "table.csv")
-    paired_eval._write_csv(path, rows)
+    paired_eval.writers.write_csv(path, rows)
     # Numbers come back as numbers (right-aligned in table.md), "7" as an int.
     assert paired_eval.read_csv(path) == [
         {"env": "maze", "delta": 0.25, "seeds": 3, "steps": "40 38"},

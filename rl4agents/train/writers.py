@@ -10,10 +10,13 @@ checkpoint does not log the same steps twice.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import numbers
 import os
+import shlex
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -23,6 +26,7 @@ import numpy as np
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"  # written by rl4agents/train/loop.py at the end of a run
 TB_DIR = "tb"
+COMMAND_NAME = "command.txt"  # the command lines that wrote a results folder
 
 
 def read_summary(workdir: str | os.PathLike) -> dict | None:
@@ -164,6 +168,51 @@ class MetricWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Writes `text` to `path` through a temporary file and a rename, so a reader never sees a
+    half-written file and an interrupted write leaves the old one."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_csv(
+    path: str | os.PathLike,
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str] | None = None,
+    ignore_extra: bool = False,
+) -> None:
+    """Writes `rows` as a CSV with a header, replacing `path` whole (as `write_text`).
+
+    Args:
+      path: the CSV file.
+      rows: one mapping per row.
+      columns: the header, in order; default the first row's keys.
+      ignore_extra: drop keys that are not in `columns`; otherwise such a key raises
+        ValueError (csv.DictWriter's check).
+    """
+    columns = list(columns if columns is not None else (rows[0] if rows else ()))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore" if ignore_extra else "raise")
+    w.writeheader()
+    w.writerows(rows)
+    write_text(path, buf.getvalue())
+
+
+def append_command(
+    folder: str | os.PathLike, script: str, argv: Sequence[str], env: Sequence[str] = ()
+) -> None:
+    """Appends the command line that wrote a results folder to its command.txt.
+
+    The line is `NAME=value ... python <script> <argv>`, shell-quoted, with the current value of
+    each environment variable named in `env` (XLA_FLAGS, say), so the line re-runs as it ran.
+    """
+    prefix = "".join(f"{name}={shlex.quote(os.environ.get(name, ''))} " for name in env)
+    with open(os.path.join(folder, COMMAND_NAME), "a") as f:
+        f.write(f"{prefix}python {script} {shlex.join(argv)}\n")
 
 
 def relative_paths(tree: Any, workdir: str | os.PathLike) -> Any:

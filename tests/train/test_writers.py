@@ -248,3 +248,33 @@ def test_relative_paths__only_paths_inside_the_workdir(tmp_path):
     # A workdir given relative to the current directory, as `--workdir=runs/q`.
     rel = {"curves": os.path.join("runs", "q", "curves.png"), "other": "runs/qq/x"}
     assert relative_paths(rel, "runs/q") == {"curves": "curves.png", "other": "runs/qq/x"}
+
+
+def test_write_csv__header_rows_and_atomic_replace(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("old\n")
+    rows = [{"env": "maze", "x": 0.5}, {"env": "sokoban", "x": 1}]
+    writers.write_csv(path, rows, ["env", "x"])
+    assert path.read_text().splitlines() == ["env,x", "maze,0.5", "sokoban,1"]
+    assert sorted(os.listdir(tmp_path)) == ["t.csv"]  # no temporary file left behind
+    writers.write_csv(path, rows)  # the header defaults to the first row's keys
+    assert path.read_text().splitlines()[0] == "env,x"
+
+
+def test_write_csv__extra_keys_raise_unless_ignored(tmp_path):
+    rows = [{"env": "maze", "x": 0.5, "extra": 1}]
+    with pytest.raises(ValueError, match="extra"):
+        writers.write_csv(tmp_path / "t.csv", rows, ["env", "x"])
+    writers.write_csv(tmp_path / "t.csv", rows, ["env", "x"], ignore_extra=True)
+    assert (tmp_path / "t.csv").read_text().splitlines() == ["env,x", "maze,0.5"]
+
+
+def test_append_command__quoted_line_with_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--a=1 --b=2")
+    writers.append_command(tmp_path, "scripts/x.py", ["--out=a b", "--n=3"])
+    writers.append_command(tmp_path, "scripts/x.py", ["--n=4"], env=("XLA_FLAGS",))
+    lines = (tmp_path / writers.COMMAND_NAME).read_text().splitlines()
+    assert lines == [
+        "python scripts/x.py '--out=a b' --n=3",
+        "XLA_FLAGS='--a=1 --b=2' python scripts/x.py --n=4",
+    ]
