@@ -663,6 +663,11 @@ def _check_args(ap: argparse.ArgumentParser, args) -> tuple:
             args.real_sizes = real_model.Sizes(*(int(x) for x in args.real_sizes.split(",")))
         except (ValueError, TypeError) as e:
             fail(f"--real-sizes={args.real_sizes!r}: {e}; allowed: P,L,T,G integers")
+        dtypes = tuple(d for d in args.real_dtypes.split(",") if d)
+        if not dtypes or any(d not in real_model.DTYPES for d in dtypes):
+            allowed = ", ".join(real_model.DTYPES)
+            fail(f"--real-dtypes={args.real_dtypes!r}; allowed: a comma list of {allowed}")
+        args.real_dtypes = dtypes
         return None, None
     if args.vs_peers:
         return None, None
@@ -707,6 +712,11 @@ def main(argv=None) -> int:
         "--real-sizes",
         default="8,64,32,8",
         help="--real-model: P prompts, L prompt tokens, T new tokens, G GRPO rows",
+    )
+    ap.add_argument(
+        "--real-dtypes",
+        default="float32,bfloat16",
+        help="--real-model: compute dtypes to time, comma-separated (float32, bfloat16)",
     )
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
     ap.add_argument("--rounds", type=int, default=1, help="--vs-peers: interleaved rounds")
@@ -771,7 +781,9 @@ def main(argv=None) -> int:
         f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
     )
     if args.real_model:
-        res["real_model"] = real_model.run(args.real_model, args.real_sizes, args.repeats, log=log)
+        res["real_model"] = real_model.run(
+            args.real_model, args.real_sizes, args.repeats, dtypes=args.real_dtypes, log=log
+        )
         res["meta"]["loadavg_end"] = os.getloadavg()
         res["meta"]["wall_s"] = round(time.perf_counter() - _T0, 1)
         print(real_model.table(res["real_model"]))

@@ -420,9 +420,11 @@ def trl_available() -> bool:
 def trl_trainer(model, tokenizer, sizes: Sizes, workdir: str):
     """A `trl.GRPOTrainer` around `model` (trained in place) with the settings of our step:
     token-mean loss over the batch (`bnpo`), clip `CLIP`, no KL term, AdamW at `LR`, gradient
-    norm clipped at `GRAD_CLIP`, no activation checkpointing (as our step here). Its dataset
-    and reward function are placeholders: the benchmark feeds the trainer's loss the fixed
-    batch and never generates with it."""
+    norm clipped at `GRAD_CLIP`, no activation checkpointing (as our step here). Its own mixed
+    precision is off (GRPOConfig turns bf16 autocast on by default): the compute dtype is the
+    caller's, through `_autocast` around each step, as for the PyTorch rows. Its dataset and
+    reward function are placeholders: the benchmark feeds the trainer's loss the fixed batch
+    and never generates with it."""
     import datasets
     import trl
 
@@ -438,6 +440,8 @@ def trl_trainer(model, tokenizer, sizes: Sizes, workdir: str):
         weight_decay=WEIGHT_DECAY,
         max_grad_norm=GRAD_CLIP,
         gradient_checkpointing=False,  # TRL's default recomputes activations; ours here does not
+        bf16=False,  # TRL defaults to bf16 autocast; float32 rows must run in float32
+        fp16=False,
         use_cpu=True,
         report_to=[],
         save_strategy="no",
@@ -469,7 +473,8 @@ def trl_inputs(tb: dict, prompt_len: int) -> dict:
 
 def trl_logp_vs_torch(trainer, inputs: dict, model, tb: dict) -> float:
     """Max |log p| difference on the completion tokens, float32, between TRL's scoring (its
-    fused LM head) and the full log-softmax of `torch_completion_logp`."""
+    fused LM head, given no position ids: RoPE is relative, so left padding moves no score
+    beyond rounding) and the full log-softmax of `torch_completion_logp`."""
     import torch
 
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -530,6 +535,23 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+BF16_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_flags() -> list[str]:
+    """Which of `BF16_FLAGS` the CPU reports: whether bf16 matrix products have native units
+    (avx512_bf16, AMX) or fall back to float32 arithmetic ([] where /proc/cpuinfo is absent)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [flag for flag in BF16_FLAGS if flag in have]
+    except OSError:
+        pass
+    return []
 
 
 class Setup(NamedTuple):
@@ -720,6 +742,7 @@ def run(
         jax_devices=[str(d) for d in jax.devices()],
         mesh=dict(s.mesh.shape),
         cpu_model=cpu_model(),
+        cpu_flags=cpu_flags(),
         cpu_count=os.cpu_count(),
     )
     res = dict(rows=rows, first_loss=first_loss, logp_parity=s.parity, meta=meta)
@@ -744,7 +767,8 @@ def table(res: dict) -> str:
         f"\n{m['folder']}: generation {sz['prompts']} prompts x {sz['prompt_len']} slots -> "
         f"{sz['new_tokens']} new tokens; GRPO step {sz['group']} rows x "
         f"{sz['prompt_len'] + sz['new_tokens']} slots; median of {m['repeats']} rounds",
-        f"{m['cpu_model']}, {m['cpu_count']} cores; torch {m['torch_threads']} threads; jax "
+        f"{m['cpu_model']} ({' '.join(m.get('cpu_flags') or ['no flags read'])}), "
+        f"{m['cpu_count']} cores; torch {m['torch_threads']} threads; jax "
         f"{len(m['jax_devices'])} devices, mesh {m['mesh']}",
         f"max |log p ours - torch| on the GRPO batch: {parity}; first GRPO losses: {losses}"
         + (
