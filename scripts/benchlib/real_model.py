@@ -326,17 +326,20 @@ def optimizer() -> optax.GradientTransformation:
     return state_lib.make_optimizer(lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=GRAD_CLIP)
 
 
-def make_grpo_step(graphdef, mesh) -> Callable:
+def make_grpo_step(graphdef, mesh, donate: bool = True) -> Callable:
     """Jitted `(params, opt_state, batch) -> (params, opt_state, loss f32[])`; params and
-    optimizer state are donated and come back replicated over `mesh` (as they go in), so
-    steps of either compute dtype take each other's outputs without recompiling."""
+    optimizer state are donated (unless `donate` is False: a profiler calls the step on the
+    same inputs again) and come back replicated over `mesh` (as they go in), so steps of
+    either compute dtype take each other's outputs without recompiling."""
     tx = optimizer()
     rep = sharding.replicated(mesh)
 
     def loss_of(params, batch):
         return grpo_loss(completion_logp(graphdef, params, batch), batch)
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1), out_shardings=(rep, rep, rep))
+    @functools.partial(
+        jax.jit, donate_argnums=(0, 1) if donate else (), out_shardings=(rep, rep, rep)
+    )
     def step(params, opt_state, batch):
         loss, grads = jax.value_and_grad(loss_of)(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
