@@ -82,15 +82,16 @@ def update_job():
     return jax.jit(jax.grad(loss)), (params,)
 
 
-def real_update_job(folder: str, dtype: str):
-    """(jitted fn, args) of `scripts/bench.py --real-model`'s GRPO step on `folder`, as its
-    `setup` builds it (the batch's old log-probs are the float32 policy's), without donation."""
+def real_update_job(folder: str, dtype: str, sizes=None):
+    """(jitted fn, args) of `scripts/bench.py --real-model`'s GRPO step on `folder` at `sizes`
+    (default the benchmark's), as its `setup` builds it (the batch's old log-probs are the
+    float32 policy's), without donation."""
     import transformers
     from benchlib import real_model
 
     from rl4agents.models import hf
 
-    sizes = real_model.Sizes()
+    sizes = sizes or real_model.Sizes()
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     prompts = real_model.chat_prompts(tokenizer, sizes.prompts, sizes.prompt_len)
     batch = real_model.grpo_batch(tokenizer, prompts, sizes.group, sizes.new_tokens)

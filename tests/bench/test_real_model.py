@@ -282,3 +282,21 @@ def test_bench_cli__real_model_flag_checks_and_dispatch(folder, result, tmp_path
     assert seen["dtypes"] == ("float32",)
     written = json.loads(out.read_text())
     assert written["real_model"]["rows"] == result["rows"] and "meta" in written
+
+
+def test_profile_ops_real_update__the_benchmark_step_without_donation(folder):
+    # The job `scripts/profile_ops.py real_update` profiles: called twice on the same inputs
+    # (nothing donated), and its loss is the clipped formula at the ratios `with_old_logp`
+    # sets (exp of its seed-0 shifts: the policy scores as it did when log p_old was made).
+    profile_ops = load_script("profile_ops")
+    fn, (params, opt_state, batch) = profile_ops.real_update_job(folder, "float32", SIZES)
+    first = float(fn(params, opt_state, batch)[2])
+    assert float(fn(params, opt_state, batch)[2]) == first
+    mask = np.asarray(batch.action_mask, np.float64)
+    adv = np.asarray(batch.advantages, np.float64)[:, None]
+    shift = np.random.default_rng(0).uniform(
+        -real_model.OLD_LOGP_SHIFT, real_model.OLD_LOGP_SHIFT, mask.shape
+    )
+    ratio = np.exp(shift)
+    per_tok = np.maximum(-adv * ratio, -adv * np.clip(ratio, 0.8, 1.2))
+    assert first == pytest.approx((per_tok * mask).sum() / mask.sum(), abs=1e-5)
