@@ -44,7 +44,8 @@ LRS = tuple(float(x) for x in os.environ.get("CREDIT_V2_LRS", "1e-4,3e-4,1e-3").
 SEEDS = int(os.environ.get("CREDIT_V2_SEEDS", "2"))
 MINUTES = 20.0
 STEPS = {"sokoban": 400, "maze": 300}  # caps; the wall budget ends the runs on this CPU
-EVAL_TASKS = 1024
+EVAL_TASKS = 1024  # the final evaluation, after the budget
+CURVE_TASKS = 256  # the in-run evaluations of the curves, inside the budget
 
 
 def get_sweep():
@@ -58,7 +59,8 @@ def get_sweep():
                         "init.params": BASE_POLICY,
                         "train.num_steps": STEPS[env],
                         "train.eval_every": STEPS[env] // 8,
-                        "train.eval_tasks": EVAL_TASKS,
+                        "train.eval_tasks": CURVE_TASKS,
+                        "train.final_eval_tasks": EVAL_TASKS,
                         "train.max_minutes": MINUTES,
                         "train.eval_ood": False,
                         "log.collapse_metrics": True,

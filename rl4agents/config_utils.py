@@ -254,6 +254,7 @@ RANGES: dict[str, dict[str, Any]] = {
     "train.grad_accum": dict(low=1),
     "train.eval_every": dict(low=1),
     "train.eval_tasks": dict(low=1),
+    "train.final_eval_tasks": dict(low=0, note="(0 = train.eval_tasks)"),
     "train.max_minutes": dict(low=0, note="(0 = no limit)"),
     "train.ood_max_turns": dict(low=0, note="(0 = rollout.max_turns)"),
     "checkpoint.every": dict(low=1),

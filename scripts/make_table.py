@@ -38,11 +38,11 @@ Statistics (table.csv, one row per environment x variant x metric, and its Markd
   (rl4agents.results.paired_bootstrap_ci resamples those too when per-task outcomes exist).
 - `--baseline=NAME` (a row label, or the value of one of its parts: grpo for
   credit.name=grpo): `diff_vs_NAME`, `diff_ci_low`, `diff_ci_high`: per seed the row's value
-  minus the baseline's on the same seed (paired runs must share train.eval_seed and
-  train.eval_tasks, i.e. the same evaluation tasks), mean and 95% t interval over the paired
-  seeds (`diff_seeds`); `diff_p`: the two-sided p-value of the paired t-test (`--p_test=t`,
-  the default) or of the exact sign-flip permutation test over seeds (`--p_test=sign_flip`; at
-  least 2 / 2^n, 0.25 with 3 seeds). table.md names the test it shows.
+  minus the baseline's on the same seed (paired runs must share train.eval_seed,
+  train.eval_tasks and train.final_eval_tasks, i.e. the same evaluation tasks), mean and 95% t
+  interval over the paired seeds (`diff_seeds`); `diff_p`: the two-sided p-value of the paired
+  t-test (`--p_test=t`, the default) or of the exact sign-flip permutation test over seeds
+  (`--p_test=sign_flip`; at least 2 / 2^n, 0.25 with 3 seeds). table.md names the test it shows.
 - Sample efficiency, from the metric's learning curve in metrics.jsonl (eval_test.greedy_success
   -> eval_test/greedy_success; empty for a metric without one, wall_s): `auc` (with
   `auc_ci_low`/`auc_ci_high`), the area under the curve over the steps the run trained,
@@ -504,7 +504,7 @@ def _values(runs: list[Entry], key: str) -> list[tuple[object, float]]:
 
 
 def _same_tasks(a: Entry, b: Entry) -> None:
-    for key in ("train.eval_seed", "train.eval_tasks"):
+    for key in ("train.eval_seed", "train.eval_tasks", "train.final_eval_tasks"):
         va, vb = (results.get_dotted(e.config or {}, key) for e in (a, b))
         if va is not None and vb is not None and va != vb:
             raise ValueError(

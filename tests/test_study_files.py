@@ -46,6 +46,8 @@ _VARS = (
     "LOSS_T3_MINUTES",
     "AT_GRPO_SEEDS",
     "AT_GRPO_MINUTES",
+    "CREDIT_V2_SEEDS",
+    "CREDIT_V2_LRS",
 )
 DEFAULT_SEEDS = {
     "branching_estimators": 3,
@@ -96,7 +98,8 @@ def test_study__unique_names_same_seeds_same_eval_tasks_and_the_base_policy(name
     eval_tasks = collections.defaultdict(set)
     for run, c in planned:
         seeds[(c.env.name, run.variant)].add(c.seed)
-        eval_tasks[c.env.name].add((c.train.eval_seed, c.train.eval_tasks, c.train.eval_ood))
+        tasks = (c.train.eval_tasks, c.train.final_eval_tasks)
+        eval_tasks[c.env.name].add((c.train.eval_seed, *tasks, c.train.eval_ood))
         assert c.init.params == base_policy.CHECKPOINT
         assert c.train.max_minutes == DEFAULT_MINUTES.get(name, 10.0)
     assert set(map(frozenset, seeds.values())) == {frozenset(range(DEFAULT_SEEDS[name]))}
@@ -358,6 +361,32 @@ def test_at_grpo_roles__credit_and_role_sets_only(clean_env):
     clean_env.setenv("AT_GRPO_MINUTES", "5")
     _, _, planned = _plan("at_grpo_roles")
     assert len(planned) == 3 * 2 and {c.train.max_minutes for _, c in planned} == {5.0}
+
+
+def test_credit_v2__paired_variants_rates_and_a_larger_final_evaluation(clean_env):
+    study, module, planned = _plan("credit_v2")
+    assert len(planned) == 6 * 2 * 3 * 2
+    cells = collections.defaultdict(set)
+    for _, c in planned:
+        cells[(c.env.name, c.credit.name, c.optim.lr)].add(c.seed)
+        assert c.init.params == base_policy.CHECKPOINT
+        assert (c.train.eval_seed, c.train.eval_tasks, c.train.final_eval_tasks) == (
+            1234,
+            256,
+            1024,
+        )
+        assert c.train.max_minutes == module.MINUTES
+        critic = c.credit.name in ("ppo_gae", "turn_gae")
+        assert (c.model.value_head == "separate") == critic, c.credit.name
+    assert {env for env, _, _ in cells} == {"sokoban", "maze"}
+    assert {v for _, v, _ in cells} == {"grpo", "rloo", "ppo_gae", "turn_gae", "gigpo", "empg"}
+    assert {lr for _, _, lr in cells} == {1e-4, 3e-4, 1e-3}
+    assert set(map(frozenset, cells.values())) == {frozenset({0, 1})}  # paired seeds
+    assert len({r.dirname for r in study.runs}) == len(study.runs)
+    clean_env.setenv("CREDIT_V2_SEEDS", "5")
+    clean_env.setenv("CREDIT_V2_LRS", "3e-4")
+    _, _, planned = _plan("credit_v2")
+    assert len(planned) == 6 * 2 * 5 and {c.optim.lr for _, c in planned} == {3e-4}
 
 
 def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrides(monkeypatch):

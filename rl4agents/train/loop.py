@@ -282,6 +282,12 @@ def run(
     return summary
 
 
+def final_eval_tasks(c) -> int:
+    """Tasks per split of a run's final evaluation: `train.final_eval_tasks`, or
+    `train.eval_tasks` when that is 0 (or absent from an older run's config)."""
+    return int(c.train.get("final_eval_tasks", 0) or c.train.eval_tasks)
+
+
 def eval_splits(exp: experiment_lib.Experiment) -> tuple[str, ...]:
     """The splits evaluated at every `train.eval_every` step: "test", and "ood" when the
     environment has one and `train.eval_ood` is on (metrics rows `eval_<split>/...`)."""
@@ -489,9 +495,12 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
         **status,
     }
     rows = []
+    n_final = final_eval_tasks(c)
     if final:
+        summary["final_eval_tasks"] = n_final
         for split in exp.splits:
-            ev = known.get(split) or evaluate(exp, state.params, split, c.train.eval_tasks)
+            done = known.get(split) if n_final == c.train.eval_tasks else None
+            ev = done or evaluate(exp, state.params, split, n_final)
             summary[f"eval_{split}"] = ev
             rows.append(
                 {
@@ -535,7 +544,7 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
     if not quiet:
         print()
         if rows:
-            print(f"Final evaluation ({c.train.eval_tasks} tasks per split):")
+            print(f"Final evaluation ({n_final} tasks per split):")
             print(writers.format_table(rows))
         print(f"\nsteps {step}, wall {wall:.0f}s, milestones {milestones}")
         print(f"curves: {summary.get('curves')}\ncheckpoints: {summary['checkpoints']}")

@@ -257,6 +257,31 @@ def test_loop__rerun_of_a_finished_run_changes_nothing(tmp_path, full_run):
     assert _files(workdir) == before
 
 
+def test_loop__final_evaluation_uses_final_eval_tasks(tmp_path, full_run, monkeypatch):
+    # The in-run evaluations keep train.eval_tasks; the final one (summary.json) takes
+    # train.final_eval_tasks, not a reused in-run evaluation of the last step.
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    calls, real = [], loop.evaluate
+
+    def spy(exp, params, split, num_tasks, **kw):
+        calls.append((split, num_tasks))
+        calls.append(real(exp, params, split, num_tasks, **kw))
+        return calls[-1]
+
+    monkeypatch.setattr(loop, "evaluate", spy)
+    # A changed config reruns the finished run's final evaluation; nothing is trained.
+    summary = loop.run(loop_config(**{"train.final_eval_tasks": 16}), str(workdir), quiet=True)
+    splits = [c[0] for c in calls[0::2]]
+    assert "test" in splits and calls[0::2] == [(split, 16) for split in splits]
+    assert summary["final_eval_tasks"] == 16
+    assert summary["eval_test"] == calls[2 * splits.index("test") + 1]
+    assert json.loads((workdir / "summary.json").read_text())["final_eval_tasks"] == 16
+    assert _rows(workdir) == _rows(full_run)
+    default = json.loads((full_run / "summary.json").read_text())
+    assert default["final_eval_tasks"] == 8  # 0: the in-run count
+
+
 def _rows(d):
     return [
         {k: v for k, v in r.items() if k != "wall_time"}
