@@ -376,6 +376,8 @@ def test_credit_v2__paired_variants_rates_and_a_larger_final_evaluation(clean_en
             1024,
         )
         assert c.train.max_minutes == module.MINUTES
+        assert c.rollout.temperature == 0.5
+        assert (c.loss.ppo_clip.agg == "seq-mean-token-mean") == (c.env.name == "maze")
         critic = c.credit.name in ("ppo_gae", "turn_gae")
         assert (c.model.value_head == "separate") == critic, c.credit.name
     assert {env for env, _, _ in cells} == {"sokoban", "maze"}
