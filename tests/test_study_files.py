@@ -48,6 +48,7 @@ _VARS = (
     "AT_GRPO_MINUTES",
     "CREDIT_V2_SEEDS",
     "CREDIT_V2_LRS",
+    "GIGPO_ENVS",
 )
 DEFAULT_SEEDS = {
     "branching_estimators": 3,
@@ -389,6 +390,23 @@ def test_credit_v2__paired_variants_rates_and_a_larger_final_evaluation(clean_en
     clean_env.setenv("CREDIT_V2_LRS", "3e-4")
     _, _, planned = _plan("credit_v2")
     assert len(planned) == 6 * 2 * 5 and {c.optim.lr for _, c in planned} == {3e-4}
+
+
+def test_gigpo_vs_grpo__household_and_web_shop_paired_with_the_same_settings(clean_env):
+    _, module, planned = _plan("gigpo_vs_grpo")
+    assert len(planned) == 2 * 2 * 5
+    runs = collections.defaultdict(dict)
+    for _, c in planned:
+        runs[(c.env.name, c.seed)][c.credit.name] = c.to_dict()
+        assert (c.rollout.temperature, c.optim.lr) == (0.5, module.LR)
+        assert (c.train.eval_tasks, c.train.final_eval_tasks) == (128, 512)
+    assert {env for env, _ in runs} == {"web_shop", "household"}
+    for pair in runs.values():  # the estimator and its own settings, nothing else
+        diff = sweep.config_diff(pair["grpo"], pair["gigpo"])
+        assert {d.split(":")[0].split(".")[0] for d in diff} == {"credit"}, diff
+    clean_env.setenv("GIGPO_ENVS", "sokoban,maze")
+    _, _, planned = _plan("gigpo_vs_grpo")
+    assert {c.env.name for _, c in planned} == {"sokoban", "maze"}
 
 
 def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrides(monkeypatch):
