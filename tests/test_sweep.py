@@ -347,6 +347,14 @@ def test_runner__devices_sets_each_runs_device_count(fake, monkeypatch, capsys):
     assert "--devices=-1; allowed: >= 0" in capsys.readouterr().err
 
 
+def test_worker_env__huge_pages_for_malloc_unless_the_user_set_tunables():
+    runner = _script("sweep")
+    env = runner.worker_env({"XLA_FLAGS": "--a=1 --xla_force_host_platform_device_count=8"}, 2)
+    assert env["XLA_FLAGS"] == "--a=1 --xla_force_host_platform_device_count=2"
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    assert runner.worker_env({"GLIBC_TUNABLES": "mine"}, 1)["GLIBC_TUNABLES"] == "mine"
+
+
 def test_runner__skips_complete_resumes_killed_reports_failed(fake, monkeypatch, capsys):
     runner = _script("sweep")
     out = fake["out"]
