@@ -30,7 +30,9 @@ The settings are the ones that worked from the earlier bases:
       --envs=frozen_lake
 
 `V5_ENVS` picks the environments, in order (default: all ten); `BASE_POLICY` (default
-runs/base_policy_v5) and `V5_TEMPERATURE` (default 0.5) change the start and the temperature.
+runs/base_policy_v5) and `V5_TEMPERATURE` (default 0.5) change the start and the temperature;
+`V5_SEEDS` (default 3) the number of seeds (more seeds add runs beside the first three: the
+sweep skips the complete ones).
 Cost: 3 x 18 minutes (plus about a minute of start-up and evaluation each) per environment,
 about 9.5 hours for the ten, and the paired evaluation (512 tasks, greedy and sampled, base and
 three seeds) after each environment.
@@ -46,7 +48,7 @@ _full = config_utils.load_module(os.path.join(_here, "learning_full_budget.py"),
 _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
 BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v5")
 TEMPERATURE = float(os.environ.get("V5_TEMPERATURE", "0.5"))
-SEEDS = 3
+SEEDS = int(os.environ.get("V5_SEEDS", "3"))
 
 
 def get_sweep():

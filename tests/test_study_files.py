@@ -411,7 +411,7 @@ def test_gigpo_vs_grpo__household_and_web_shop_paired_with_the_same_settings(cle
 
 def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrides(monkeypatch):
     monkeypatch.chdir(ROOT)
-    for var in ("BASE_POLICY", "V5_ENVS", "V5_TEMPERATURE"):
+    for var in ("BASE_POLICY", "V5_ENVS", "V5_TEMPERATURE", "V5_SEEDS"):
         monkeypatch.delenv(var, raising=False)
     study, _, planned = _plan("learning_base_v5")
     assert len(planned) == 10 * 3
@@ -431,5 +431,9 @@ def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrid
     assert {c.env.terminal.invalid_penalty for c in terminal} == {0.0}
     monkeypatch.setenv("V5_ENVS", "maze")
     monkeypatch.setenv("V5_TEMPERATURE", "1")
-    _, _, planned = _plan("learning_base_v5")
+    monkeypatch.setenv("V5_SEEDS", "5")
+    more, _, planned = _plan("learning_base_v5")
     assert {(c.env.name, c.rollout.temperature) for _, c in planned} == {("maze", 1.0)}
+    assert {c.seed for _, c in planned} == set(range(5))
+    first = {r.dirname for r in study.runs if "maze" in r.dirname}
+    assert len(first) == 3 and first <= {r.dirname for r in more.runs}  # the same directories
