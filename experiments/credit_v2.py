@@ -37,8 +37,9 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
 BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 # The learning studies' settings, shared by every variant: rollouts at temperature 0.5 (greedy
-# play moves when the rollouts stay close to it) and each environment's loss overrides.
-TEMPERATURE = 0.5
+# play moves when the rollouts stay close to it; CREDIT_V2_TEMPERATURE changes it) and each
+# environment's loss overrides.
+TEMPERATURE = float(os.environ.get("CREDIT_V2_TEMPERATURE", "0.5"))
 ENVS = ("sokoban", "maze")
 # variant -> (credit name, dotted overrides)
 VARIANTS = {

@@ -48,6 +48,7 @@ _VARS = (
     "AT_GRPO_MINUTES",
     "CREDIT_V2_SEEDS",
     "CREDIT_V2_LRS",
+    "CREDIT_V2_TEMPERATURE",
     "GIGPO_ENVS",
 )
 DEFAULT_SEEDS = {
@@ -388,8 +389,10 @@ def test_credit_v2__paired_variants_rates_and_a_larger_final_evaluation(clean_en
     assert len({r.dirname for r in study.runs}) == len(study.runs)
     clean_env.setenv("CREDIT_V2_SEEDS", "5")
     clean_env.setenv("CREDIT_V2_LRS", "3e-4")
+    clean_env.setenv("CREDIT_V2_TEMPERATURE", "1")
     _, _, planned = _plan("credit_v2")
     assert len(planned) == 6 * 2 * 5 and {c.optim.lr for _, c in planned} == {3e-4}
+    assert {c.rollout.temperature for _, c in planned} == {1.0}
 
 
 def test_gigpo_vs_grpo__household_and_web_shop_paired_with_the_same_settings(clean_env):
