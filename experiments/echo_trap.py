@@ -1,35 +1,67 @@
 """RAGEN's "echo trap" in miniature (arXiv 2504.20073): under GRPO the reward variance within
-groups and the policy's entropy collapse before success does; the paper's remedies delay or
-prevent it. Four variants from the base policy, side by side:
+groups and the policy's entropy collapse before success does, and the paper's remedies delay
+or prevent it. Four variants from base policy v5, side by side:
 
-  grpo          the baseline (clip 0.2 / 0.2)
+  grpo          the baseline: GRPO, PPO's clip at 0.2 / 0.2
   top_p_var     grpo keeping only the highest reward-variance groups that hold 90% of the
-                batch's variance (sampling.filter=top_p_variance, RAGEN-2's rule)
-  critic        ppo_gae with a separate critic started from the base policy (init.critic)
-  clip_higher   grpo with the upper clip at 0.28 (DAPO's clip-higher)
+                batch's variance (`sampling.filter=top_p_variance`, RAGEN-2's rule)
+  critic        ppo_gae with a separate critic whose decoder starts as a copy of the base
+                policy's (`init.critic=policy`), RAGEN's "critic incorporation"
+  clip_higher   grpo with the upper clip at 0.28 (DAPO's clip-higher, RAGEN's decoupled clip)
 
-  python scripts/sweep.py experiments/echo_trap.py --workers=2
-  python scripts/make_table.py --sweep=runs/sweeps/echo_trap --out=experiments/results/echo_trap \
-      --metric=eval_test.greedy_success --baseline=grpo --strip='^[a-z_]+,' \
-      --curve_key=zero_std_groups,entropy,train/reward_std,train/success
+  python scripts/sweep.py experiments/echo_trap.py --workers=1 --devices=1
+  python scripts/make_table.py --sweep=runs/sweeps/echo_trap \
+      --out=experiments/results/echo_trap --metric=eval_test.greedy_success,wall_s:min \
+      --baseline=grpo --strip='^[a-z_]+,' \
+      --curve_key=eval_test/greedy_success,train/zero_std_groups,train/entropy,train/mi/gap
 
-Every step logs the collapse signature: `zero_std_groups` (share of groups whose samples all
-got the same reward), `entropy`, and with `log.collapse_metrics` `reward_std` and
-`reward_group_std`. The runs are long (MINUTES) because the trap shows late. FrozenLake and
-Sokoban: the environments where GRPO from the base policy learns fastest
-(experiments/results/learning).
+Why these settings: from base v5 at rollout temperature 0.5 the learning study's GRPO runs
+(`experiments/learning_base_v5.py`, results in `experiments/results/learning_base_v5/`) fell
+into the trap within about 40 steps: on countdown the median share of groups whose samples all
+got the same reward was 0.81-0.94 after step 40 and entropy per action token fell from 0.33 to
+0.07-0.09, while held-out greedy success went down. Every run here takes those runs' settings
+(each environment's overrides of `experiments/learning_base_v3.py`, temperature 0.5, the
+18-minute budget of training and in-run evaluation, the same in-run evaluations), with two
+changes shared by all four variants, the baseline included:
+- `train.minibatches = 4`: each batch is split into four sequential updates. With one update per
+  batch the ratio is exactly 1 when the loss is taken, so a clip (0.2 or 0.28) never acts and
+  clip-higher would be GRPO itself; from the second minibatch on the ratio leaves 1.
+- `log.collapse_metrics` and `log.mi_proxy`: every step logs the collapse signature,
+  `zero_std_groups` (share of groups with no reward variance), `entropy`, `reward_std` and
+  `reward_group_std` (mean within-group std), and RAGEN-2's mutual-information proxy `mi/gap`
+  (how much more likely each episode's actions are under its own prompt than under another
+  task's: near 0 when the outputs no longer depend on the input), beside `filter/kept_frac`
+  for the filter. The proxy is one more teacher-forced pass over twice the batch, so every
+  variant makes somewhat fewer steps in the budget than the learning study's runs.
+The final evaluation is on FINAL_TASKS held-out tasks, the same tasks for every run of an
+environment, so make_table's differences against grpo are paired by seed and task set.
 
-Cost on a 2-core CPU: 4 variants x 2 environments x 3 seeds = 24 runs x 30 minutes / 2 workers
-= 6 hours.
+`ECHO_ENVS` picks the environments (default countdown,frozen_lake: the two where the trap
+showed), `ECHO_SEEDS` the number of seeds (default 3), `BASE_POLICY` the start.
+Runs are ordered seed by seed, so an interrupted study has complete pairs.
+
+Cost, one run at a time on the 2-core CPU: 4 variants x 3 seeds x about 20 minutes (18 of
+training and in-run evaluation, start-up, the final evaluation) = 4 hours per environment.
 """
 
+import dataclasses
 import os
 
 from configs import base_policy
-from rl4agents import sweep
+from rl4agents import config_utils, sweep
 
+_here = os.path.dirname(os.path.abspath(__file__))
+_learning = config_utils.load_module(os.path.join(_here, "learning.py"), "learning_study")
+_full = config_utils.load_module(os.path.join(_here, "learning_full_budget.py"), "full_budget")
+_v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
 BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
-ENVS = ("frozen_lake", "sokoban")
+ENVS = ("countdown", "frozen_lake")
+TEMPERATURE = 0.5
+MINIBATCHES = 4
+FINAL_TASKS = 512
+# The analysis command's arguments (module docstring).
+BASELINE = "grpo"
+STRIP = "^[a-z_]+,"
 # variant -> (credit name, the override that names its runs (None: none), other overrides)
 VARIANTS = {
     "grpo": ("grpo", None, {}),
@@ -41,32 +73,33 @@ VARIANTS = {
     "critic": ("ppo_gae", None, {"model.value_head": "separate", "init.critic": "policy"}),
     "clip_higher": ("grpo", ("loss.ppo_clip.clip_high", 0.28), {}),
 }
-SEEDS = 3
-LR = 3e-4
-MINUTES = 30.0
-STEPS = 1000  # a cap; the wall budget ends the runs on this CPU
+
+
+def shared(env: str) -> dict:
+    """The overrides every variant of `env` shares: the v5 learning study's at temperature
+    0.5, plus MINIBATCHES, the collapse metrics and the final evaluation's size."""
+    return {
+        **_v3.OVERRIDES.get(env, {}),
+        "init.params": BASE_POLICY,
+        "rollout.temperature": TEMPERATURE,
+        "train.minibatches": MINIBATCHES,
+        "train.final_eval_tasks": FINAL_TASKS,
+        "log.collapse_metrics": True,
+        "log.mi_proxy": True,
+    }
 
 
 def get_sweep():
+    seeds = int(os.environ.get("ECHO_SEEDS", "3"))
     points = []
-    for env in ENVS:
-        for credit, named, overrides in VARIANTS.values():
-            points += sweep.product(
-                sweep.configs([f"configs/base_policy.py:{env},{credit}"]),
-                sweep.sweep_values(named[0], [named[1]]) if named else sweep.fixed({}),
-                sweep.fixed(
-                    {
-                        "init.params": BASE_POLICY,
-                        "optim.lr": LR,
-                        "train.num_steps": STEPS,
-                        "train.eval_every": 20,
-                        "train.eval_tasks": 256,
-                        "train.max_minutes": MINUTES,
-                        "train.eval_ood": False,
-                        "log.collapse_metrics": True,
-                        **overrides,
-                    }
-                ),
-                sweep.seeds(SEEDS),
-            )
+    for env in _learning.envs_from("ECHO_ENVS", ENVS):
+        runs = _full.env_sweep(env, shared(env), seeds=seeds, eval_every=_v3.EVAL_EVERY.get(env))
+        for run in runs:  # one seed at a time, every variant
+            for credit, named, overrides in VARIANTS.values():
+                variant = sweep.Point(
+                    config=f"{run.config},{credit}",
+                    overrides={**(dict([named]) if named else {}), **overrides},
+                    named=(named[0],) if named else (),
+                )
+                points += sweep.product([variant], [dataclasses.replace(run, config=None)])
     return points

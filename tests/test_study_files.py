@@ -1,5 +1,6 @@
-"""The plans of the method-family study files: experiments/branching_estimators.py,
-losses_filters.py, staleness.py, loss_t3.py and at_grpo_roles.py.
+"""The plans of the study files: the method-family studies (experiments/branching_estimators.py,
+losses_filters.py, staleness.py, loss_t3.py, at_grpo_roles.py) and the learning and credit
+studies from the base policy (echo_trap.py, credit_v2.py, gigpo_vs_grpo.py, learning_base_v5.py).
 
 Each study is loaded as scripts/sweep.py loads it, and its runs' configs are resolved as
 train.py gets them (`sweep.resolve`); the checks read the resolved configs, not the study's
@@ -29,7 +30,14 @@ from rl4agents.rollout import branch as branch_lib
 from tests.scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-STUDIES = ("branching_estimators", "losses_filters", "staleness", "loss_t3", "at_grpo_roles")
+STUDIES = (
+    "branching_estimators",
+    "losses_filters",
+    "staleness",
+    "loss_t3",
+    "at_grpo_roles",
+    "echo_trap",
+)
 # Environment variables that change a plan; cleared so each test sees the default plan.
 _VARS = (
     "BASE_POLICY",
@@ -50,6 +58,11 @@ _VARS = (
     "CREDIT_V2_LRS",
     "CREDIT_V2_TEMPERATURE",
     "GIGPO_ENVS",
+    "ECHO_ENVS",
+    "ECHO_SEEDS",
+    "V5_ENVS",
+    "V5_TEMPERATURE",
+    "V5_SEEDS",
 )
 DEFAULT_SEEDS = {
     "branching_estimators": 3,
@@ -57,6 +70,7 @@ DEFAULT_SEEDS = {
     "staleness": 3,
     "loss_t3": 5,
     "at_grpo_roles": 3,
+    "echo_trap": 3,
 }
 DEFAULT_RUNS = {
     "branching_estimators": 24,
@@ -64,8 +78,9 @@ DEFAULT_RUNS = {
     "staleness": 42,
     "loss_t3": 15,
     "at_grpo_roles": 9,
+    "echo_trap": 24,
 }
-DEFAULT_MINUTES = {"at_grpo_roles": 18.0}  # the others: 10
+DEFAULT_MINUTES = {"at_grpo_roles": 18.0, "echo_trap": 18.0}  # the others: 10
 
 
 @pytest.fixture
@@ -440,3 +455,44 @@ def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrid
     assert {c.seed for _, c in planned} == set(range(5))
     first = {r.dirname for r in study.runs if "maze" in r.dirname}
     assert len(first) == 3 and first <= {r.dirname for r in more.runs}  # the same directories
+
+
+def test_echo_trap__the_v5_learning_runs_with_minibatches_and_one_remedy_each(clean_env):
+    study, module, planned = _plan("echo_trap")
+    _, _, v5 = _plan("learning_base_v5")
+    v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
+    runs = collections.defaultdict(dict)
+    labels = _labels(study, module.STRIP)
+    for (_, c), label in zip(planned, labels, strict=True):
+        runs[(c.env.name, c.seed)][label] = c
+        assert c.train.minibatches == 4 and c.log.collapse_metrics and c.log.mi_proxy
+        assert (c.rollout.temperature, c.train.final_eval_tasks) == (0.5, 512)
+    assert {env for env, _ in runs} == {"countdown", "frozen_lake"}
+    assert all(len(variants) == 4 for variants in runs.values()), runs.keys()
+    # Seed by seed: the first four runs are seed 0 of every variant of the first environment.
+    assert [c.seed for _, c in planned[:8]] == [0] * 4 + [1] * 4
+    expected = {  # what each remedy changes against grpo, as config key prefixes
+        "top_p_variance": {"sampling.filter"},
+        "0.28": {"loss.ppo_clip.clip_high"},
+        "ppo_gae": {"credit", "model.value_head", "init.critic"},
+    }
+    for (env, seed), variants in runs.items():
+        grpo = variants["grpo"].to_dict()
+        # The baseline is the v5 learning study's run of the same seed with the shared changes.
+        diff = {d.split(":")[0] for d in sweep.config_diff(v5[(env, seed)], grpo)}
+        assert diff == {
+            "train.minibatches",
+            "train.final_eval_tasks",
+            "log.collapse_metrics",
+            "log.mi_proxy",
+        }, diff
+        for label, c in variants.items():
+            if label == "grpo":
+                continue
+            (prefixes,) = [v for k, v in expected.items() if k in label]
+            diff = {d.split(":")[0] for d in sweep.config_diff(grpo, c.to_dict())}
+            assert diff and all(any(d.startswith(p) for p in prefixes) for d in diff), diff
+    clean_env.setenv("ECHO_ENVS", "frozen_lake")
+    clean_env.setenv("ECHO_SEEDS", "5")
+    _, _, planned = _plan("echo_trap")
+    assert len(planned) == 4 * 5 and {c.env.name for _, c in planned} == {"frozen_lake"}
