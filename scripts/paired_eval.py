@@ -23,7 +23,11 @@ Writes to --out:
   table.md       the same as Markdown;
   curves.png     per environment: held-out greedy success at the runs' evaluations (mean over
                  seeds, min-max band; step 0 is the start policy on --num_tasks tasks) and the
-                 training batches' success, from each run's metrics.jsonl.
+                 training batches' success, from each run's metrics.jsonl;
+  run_data/<env>_seed<k>/
+                 each evaluated run's small files (RUN_FILES: its command, config, summary and
+                 per-step metrics), so that the curves and every training statistic can be
+                 remade after the sweep directory is gone.
 A run that has not finished is left out and named on stderr. Environments evaluated before
 (rows already in --out) are kept unless evaluated again (--no-keep: only this evaluation's).
 """
@@ -35,6 +39,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,6 +110,20 @@ def outcomes(exp, params, split: str, num_tasks: int, batch: int = 0) -> dict[st
     return {
         k: np.asarray(v) for k, v in jax.device_get(fn(params, exp.config.train.eval_seed)).items()
     }
+
+
+RUN_FILES = ("command.txt", "config.json", "summary.json", results.METRICS_NAME)
+
+
+def save_run_data(workdir: str, out: str, env: str, seed) -> str:
+    """Copies the RUN_FILES that `workdir` has into `out`/run_data/`env`_seed`seed`/ (replacing
+    an earlier copy's files) and returns that folder."""
+    dest = os.path.join(out, "run_data", f"{env}_seed{seed}")
+    os.makedirs(dest, exist_ok=True)
+    for name in RUN_FILES:
+        if os.path.exists(os.path.join(workdir, name)):
+            shutil.copyfile(os.path.join(workdir, name), os.path.join(dest, name))
+    return dest
 
 
 def run_curves(workdir: str, split: str, start: float) -> tuple[list, list]:
@@ -236,6 +255,7 @@ def main() -> None:
             for i in range(args.num_tasks):
                 raw.append(_row(env, "rl", r["seed"], i, out))
             rl_outs.append(out)
+            save_run_data(r["workdir"], args.out, env, r["seed"])
             summary = results.read_summary(r["workdir"]) or {}
             minutes.append(summary.get("wall_s", float("nan")) / 60)
             cpu_s.append(summary.get("process_cpu_s", float("nan")))

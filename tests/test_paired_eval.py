@@ -124,6 +124,24 @@ def test_saved_run_dirs__the_env_s_seed_folders_with_metrics_only(paired_eval, t
     assert held_out == [(0, 0.25)] and train == [(1, 0.5)]
 
 
+def test_save_run_data__copies_the_run_s_small_files_and_replaces_an_older_copy(
+    paired_eval, tmp_path
+):
+    run = tmp_path / "sweep" / "base_policy-maze__seed=1"
+    (run / "checkpoints").mkdir(parents=True)
+    for name, text in [("command.txt", "train"), ("config.json", "{}"), ("metrics.jsonl", "a")]:
+        (run / name).write_text(text)
+    out = tmp_path / "results"
+    dest = pathlib.Path(paired_eval.save_run_data(str(run), str(out), "maze", 1))
+    assert dest == out / "run_data" / "maze_seed1"
+    assert sorted(p.name for p in dest.iterdir()) == ["command.txt", "config.json", "metrics.jsonl"]
+    (run / "metrics.jsonl").write_text("b")
+    (run / "summary.json").write_text("{}")
+    paired_eval.save_run_data(str(run), str(out), "maze", 1)
+    assert (dest / "metrics.jsonl").read_text() == "b" and (dest / "summary.json").exists()
+    assert paired_eval.saved_run_dirs(str(out), "maze") == [str(dest)]
+
+
 def test_start_policy__saved_policy_else_pretrained_checkpoint_else_none(paired_eval):
     from configs import base
 
