@@ -139,7 +139,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # Sampler/learner mismatch corrections that mask tokens (or sequences) whose ratio
     # pi_learner / pi_sampler leaves a band out of the loss (docs/methods.md, "Mismatch
-    # corrections (MIS, IcePop)"): "none" | "mis_token" | "mis_sequence" | "icepop".
+    # corrections (MIS, IcePop)"), or bound the ratio's second moment (docs/methods.md, "M2PO"):
+    # "none" | "mis_token" | "mis_sequence" | "icepop" | "m2po".
     c.mismatch = ml_collections.ConfigDict()
     c.mismatch.name = "none"
     for name in losses.mismatch.names():

@@ -39,8 +39,7 @@ ENVS = (
 )
 # The checkpoint that the studies still to run start from (their `BASE_POLICY` environment
 # variable overrides it): base v5, made by the pretraining command in
-# experiments/learning_base_v5.py; its results are to be published in
-# experiments/results/base_policy_v5/.
+# experiments/learning_base_v5.py; its results are in experiments/results/base_policy_v5/.
 CHECKPOINT = "runs/base_policy_v5"
 # The base model: 4 layers at d_model 128 (the `small` preset), shared by every environment.
 MODEL = dict(preset="small", d_model=0, num_layers=0, d_ff=0, num_heads=0, num_kv_heads=0)

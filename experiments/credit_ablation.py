@@ -1,4 +1,4 @@
-"""Credit-assignment ablation (issue 3): 8 variants x {FrozenLake 8x8 slippery, Sokoban 6x6}
+"""Credit-assignment ablation: 8 variants x {FrozenLake 8x8 slippery, Sokoban 6x6}
 x 3 seeds, every variant with the same task hyperparameters (configs/ablation.py).
 
   python scripts/sweep.py experiments/credit_ablation.py --workers=2

@@ -1,7 +1,7 @@
 """RL from base policy v5, every environment: GRPO at sampling temperature 0.5, 3 seeds.
 
 Base v5 (`runs/base_policy_v5`, made by the `scripts/pretrain.py` command below; its results
-are to be published in `experiments/results/base_policy_v5/`) is one pretraining run from
+are in `experiments/results/base_policy_v5/`) is one pretraining run from
 random weights on the recipe the base-v2 -> v3 -> v4 chain converged to (4,096 imperfect
 demonstrations per environment, the weak environments weighted up), built in one go because
 the chain's checkpoints were lost with the machine they lived on.
@@ -29,8 +29,10 @@ The settings are the ones that worked from the earlier bases:
       --out=experiments/results/learning_base_v5 --num_tasks=512 --min_seeds=3 \
       --envs=frozen_lake
 
-`V5_ENVS` picks the environments, in order (default: all ten); `BASE_POLICY` (default
-runs/base_policy_v5) and `V5_TEMPERATURE` (default 0.5) change the start and the temperature;
+`V5_ENVS` picks the environments, in order (default: all ten; terminal is in the plan but was
+not run from v5, where it never succeeds greedy or sampled:
+`experiments/results/base_policy_v5/`); `BASE_POLICY` (default runs/base_policy_v5) and
+`V5_TEMPERATURE` (default 0.5) change the start and the temperature;
 `V5_SEEDS` (default 3) the number of seeds (more seeds add runs beside the first three: the
 sweep skips the complete ones).
 Cost: 3 x 18 minutes (plus about a minute of start-up and evaluation each) per environment,

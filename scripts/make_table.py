@@ -319,7 +319,7 @@ def to_markdown(
 
 
 def describe_provenance(record: dict | None) -> str:
-    """ "commit 275943f (clean), jax 0.10.2, 8 cpu devices", or "unknown (no provenance.json)"."""
+    """ "commit 1a2b3c4 (clean), jax 0.10.2, 8 cpu devices", or "unknown (no provenance.json)"."""
     if record is None:
         return "unknown (no provenance.json)"
     git = record.get("git") or {}
