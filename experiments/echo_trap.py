@@ -20,9 +20,12 @@ Why these settings: from base v5 at rollout temperature 0.5 the learning study's
 into the trap within about 40 steps: on countdown the median share of groups whose samples all
 got the same reward was 0.81-0.94 after step 40 and entropy per action token fell from 0.33 to
 0.07-0.09, while held-out greedy success went down. Every run here takes those runs' settings
-(each environment's overrides of `experiments/learning_base_v3.py`, temperature 0.5, the
-18-minute budget of training and in-run evaluation, the same in-run evaluations), with two
-changes shared by all four variants, the baseline included:
+(each environment's overrides of `experiments/learning_base_v3.py`, temperature 0.5, the same
+in-run evaluations), with three changes shared by all four variants, the baseline included:
+- a fixed number of steps (STEPS) instead of the 18-minute wall-clock budget: the variants do
+  not cost the same per step (the critic adds a model), and the trap is a function of updates,
+  so every variant gets the same updates. STEPS is three to four times the steps after which
+  the learning runs had collapsed;
 - `train.minibatches = 4`: each batch is split into four sequential updates. With one update per
   batch the ratio is exactly 1 when the loss is taken, so a clip (0.2 or 0.28) never acts and
   clip-higher would be GRPO itself; from the second minibatch on the ratio leaves 1.
@@ -31,8 +34,7 @@ changes shared by all four variants, the baseline included:
   `reward_group_std` (mean within-group std), and RAGEN-2's mutual-information proxy `mi/gap`
   (how much more likely each episode's actions are under its own prompt than under another
   task's: near 0 when the outputs no longer depend on the input), beside `filter/kept_frac`
-  for the filter. The proxy is one more teacher-forced pass over twice the batch, so every
-  variant makes somewhat fewer steps in the budget than the learning study's runs.
+  for the filter. The proxy is one more teacher-forced pass over twice the batch.
 The final evaluation is on FINAL_TASKS held-out tasks, the same tasks for every run of an
 environment, so make_table's differences against grpo are paired by seed and task set.
 
@@ -40,8 +42,9 @@ environment, so make_table's differences against grpo are paired by seed and tas
 showed), `ECHO_SEEDS` the number of seeds (default 3), `BASE_POLICY` the start.
 Runs are ordered seed by seed, so an interrupted study has complete pairs.
 
-Cost, one run at a time on the 2-core CPU: 4 variants x 3 seeds x about 20 minutes (18 of
-training and in-run evaluation, start-up, the final evaluation) = 4 hours per environment.
+Cost, one run at a time on the 2-core CPU: 4 variants x 3 seeds x 15-25 minutes (the learning
+runs took about 7 s a countdown step and 5.5 s a frozen_lake step; the minibatches and the proxy
+add to that, the critic more) = about 4 hours per environment.
 """
 
 import dataclasses
@@ -59,6 +62,7 @@ ENVS = ("countdown", "frozen_lake")
 TEMPERATURE = 0.5
 MINIBATCHES = 4
 FINAL_TASKS = 512
+STEPS = {"countdown": 120, "frozen_lake": 150}
 # The analysis command's arguments (module docstring).
 BASELINE = "grpo"
 STRIP = "^[a-z_]+,"
@@ -77,7 +81,8 @@ VARIANTS = {
 
 def shared(env: str) -> dict:
     """The overrides every variant of `env` shares: the v5 learning study's at temperature
-    0.5, plus MINIBATCHES, the collapse metrics and the final evaluation's size."""
+    0.5, plus MINIBATCHES, the collapse metrics and the final evaluation's size. The step
+    budget is set in `get_sweep` over the learning study's."""
     return {
         **_v3.OVERRIDES.get(env, {}),
         "init.params": BASE_POLICY,
@@ -94,12 +99,15 @@ def get_sweep():
     points = []
     for env in _learning.envs_from("ECHO_ENVS", ENVS):
         runs = _full.env_sweep(env, shared(env), seeds=seeds, eval_every=_v3.EVAL_EVERY.get(env))
+        budget = {"train.num_steps": STEPS[env], "train.max_minutes": 0.0}  # 0: no wall limit
         for run in runs:  # one seed at a time, every variant
+            spec = run.config
+            run = dataclasses.replace(run, config=None, overrides={**run.overrides, **budget})
             for credit, named, overrides in VARIANTS.values():
                 variant = sweep.Point(
-                    config=f"{run.config},{credit}",
+                    config=f"{spec},{credit}",
                     overrides={**(dict([named]) if named else {}), **overrides},
                     named=(named[0],) if named else (),
                 )
-                points += sweep.product([variant], [dataclasses.replace(run, config=None)])
+                points += sweep.product([variant], [run])
     return points

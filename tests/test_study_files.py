@@ -80,7 +80,7 @@ DEFAULT_RUNS = {
     "at_grpo_roles": 9,
     "echo_trap": 24,
 }
-DEFAULT_MINUTES = {"at_grpo_roles": 18.0, "echo_trap": 18.0}  # the others: 10
+DEFAULT_MINUTES = {"at_grpo_roles": 18.0, "echo_trap": 0.0}  # the others: 10 (0: steps only)
 
 
 @pytest.fixture
@@ -457,7 +457,9 @@ def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrid
     assert len(first) == 3 and first <= {r.dirname for r in more.runs}  # the same directories
 
 
-def test_echo_trap__the_v5_learning_runs_with_minibatches_and_one_remedy_each(clean_env):
+def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_remedy_each(
+    clean_env,
+):
     study, module, planned = _plan("echo_trap")
     _, _, v5 = _plan("learning_base_v5")
     v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
@@ -467,6 +469,7 @@ def test_echo_trap__the_v5_learning_runs_with_minibatches_and_one_remedy_each(cl
         runs[(c.env.name, c.seed)][label] = c
         assert c.train.minibatches == 4 and c.log.collapse_metrics and c.log.mi_proxy
         assert (c.rollout.temperature, c.train.final_eval_tasks) == (0.5, 512)
+        assert (c.train.num_steps, c.train.max_minutes) == (module.STEPS[c.env.name], 0.0)
     assert {env for env, _ in runs} == {"countdown", "frozen_lake"}
     assert all(len(variants) == 4 for variants in runs.values()), runs.keys()
     # Seed by seed: the first four runs are seed 0 of every variant of the first environment.
@@ -481,6 +484,8 @@ def test_echo_trap__the_v5_learning_runs_with_minibatches_and_one_remedy_each(cl
         # The baseline is the v5 learning study's run of the same seed with the shared changes.
         diff = {d.split(":")[0] for d in sweep.config_diff(v5[(env, seed)], grpo)}
         assert diff == {
+            "train.num_steps",
+            "train.max_minutes",
             "train.minibatches",
             "train.final_eval_tasks",
             "log.collapse_metrics",
