@@ -129,12 +129,14 @@ def test_save_run_data__copies_the_run_s_small_files_and_replaces_an_older_copy(
 ):
     run = tmp_path / "sweep" / "base_policy-maze__seed=1"
     (run / "checkpoints").mkdir(parents=True)
-    for name, text in [("command.txt", "train"), ("config.json", "{}"), ("metrics.jsonl", "a")]:
+    command = "# cwd: /home/me/repo\nXLA_FLAGS=x /home/me/venv/bin/python3.11 scripts/train.py\n"
+    for name, text in [("command.txt", command), ("config.json", "{}"), ("metrics.jsonl", "a")]:
         (run / name).write_text(text)
     out = tmp_path / "results"
     dest = pathlib.Path(paired_eval.save_run_data(str(run), str(out), "maze", 1))
     assert dest == out / "run_data" / "maze_seed1"
     assert sorted(p.name for p in dest.iterdir()) == ["command.txt", "config.json", "metrics.jsonl"]
+    assert (dest / "command.txt").read_text() == "XLA_FLAGS=x python scripts/train.py\n"
     (run / "metrics.jsonl").write_text("b")
     (run / "summary.json").write_text("{}")
     paired_eval.save_run_data(str(run), str(out), "maze", 1)

@@ -1,6 +1,7 @@
 import copy
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, "scripts")
@@ -50,7 +51,7 @@ def t_step(dtype):
 print("before", state(), flush=True)
 for d in ("float32", "bfloat16"):
     print(d, [round(t_step(d), 2) for _ in range(2)], flush=True)
-tr = rm.trl_trainer(copy.deepcopy(model), tok, sizes, "/tmp/h/trl_diag_wd")
+tr = rm.trl_trainer(copy.deepcopy(model), tok, sizes, tempfile.mkdtemp())
 print("after trainer", state(), flush=True)
 for d in ("float32", "bfloat16"):
     print(d, [round(t_step(d), 2) for _ in range(2)], flush=True)
