@@ -63,6 +63,10 @@ _VARS = (
     "V5_ENVS",
     "V5_TEMPERATURE",
     "V5_SEEDS",
+    "BATCH_ENVS",
+    "BATCH_SEEDS",
+    "BATCH_TASKS",
+    "BATCH_GROUP",
 )
 DEFAULT_SEEDS = {
     "branching_estimators": 3,
@@ -501,3 +505,24 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
     clean_env.setenv("ECHO_SEEDS", "5")
     _, _, planned = _plan("echo_trap")
     assert len(planned) == 4 * 5 and {c.env.name for _, c in planned} == {"frozen_lake"}
+
+
+def test_learning_batch__the_temperature_1_runs_with_a_quarter_of_the_batch(clean_env):
+    _, _, planned = _plan("learning_batch")
+    clean_env.setenv("V5_TEMPERATURE", "1")
+    _, _, v5 = _plan("learning_base_v5")
+    v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
+    assert {(c.env.name, c.seed) for _, c in planned} == {("maze", s) for s in range(3)}
+    for _, c in planned:
+        assert (c.rollout.num_tasks, c.rollout.group_size) == (8, 8)
+        diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
+        assert diff == {
+            "rollout.num_tasks",
+            "rollout.group_size",
+            "train.num_steps",
+            "train.eval_every",
+        }, diff
+    clean_env.setenv("BATCH_ENVS", "sokoban")
+    clean_env.setenv("BATCH_SEEDS", "1")
+    _, _, planned = _plan("learning_batch")
+    assert [(c.env.name, c.seed) for _, c in planned] == [("sokoban", 0)]
