@@ -63,10 +63,9 @@ _VARS = (
     "V5_ENVS",
     "V5_TEMPERATURE",
     "V5_SEEDS",
-    "BATCH_ENVS",
-    "BATCH_SEEDS",
-    "BATCH_TASKS",
-    "BATCH_GROUP",
+    "RECIPE",
+    "RECIPE_ENVS",
+    "RECIPE_SEEDS",
 )
 DEFAULT_SEEDS = {
     "branching_estimators": 3,
@@ -507,22 +506,30 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
     assert len(planned) == 4 * 5 and {c.env.name for _, c in planned} == {"frozen_lake"}
 
 
-def test_learning_batch__the_temperature_1_runs_with_a_quarter_of_the_batch(clean_env):
-    _, _, planned = _plan("learning_batch")
+@pytest.mark.parametrize("recipe", ["batch8x8", "progress"])
+def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_env):
+    clean_env.setenv("RECIPE", recipe)
+    _, _, planned = _plan("learning_recipes")
     clean_env.setenv("V5_TEMPERATURE", "1")
     _, _, v5 = _plan("learning_base_v5")
     v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
     assert {(c.env.name, c.seed) for _, c in planned} == {("maze", s) for s in range(3)}
-    for _, c in planned:
-        assert (c.rollout.num_tasks, c.rollout.group_size) == (8, 8)
-        diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
-        assert diff == {
+    expected = {
+        "batch8x8": {
             "rollout.num_tasks",
             "rollout.group_size",
             "train.num_steps",
             "train.eval_every",
-        }, diff
-    clean_env.setenv("BATCH_ENVS", "sokoban")
-    clean_env.setenv("BATCH_SEEDS", "1")
-    _, _, planned = _plan("learning_batch")
-    assert [(c.env.name, c.seed) for _, c in planned] == [("sokoban", 0)]
+        },
+        "progress": {"env.maze.progress_reward"},
+    }[recipe]
+    for _, c in planned:
+        diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
+        assert diff == expected, diff
+    clean_env.setenv("RECIPE_ENVS", "frozen_lake")
+    clean_env.setenv("RECIPE_SEEDS", "1")
+    _, _, planned = _plan("learning_recipes")
+    assert [(c.env.name, c.seed) for _, c in planned] == [("frozen_lake", 0)]
+    clean_env.setenv("RECIPE", "bigger")
+    with pytest.raises(ValueError, match="RECIPE='bigger'; allowed"):
+        _plan("learning_recipes")

@@ -1,0 +1,78 @@
+"""One change at a time to the v5 temperature-1 recipe, for the environments it did not move.
+
+At temperature 1, GRPO from base v5 did not move maze in 62-65 steps of 256 episodes (16 tasks
+x 16 samples, about 17 s a step), although three quarters of its groups carried reward
+variance; seven in ten of its episodes end at the 32-turn limit
+(`experiments/results/learning_base_v5_t1/`). Each recipe changes one thing; everything else
+is the temperature-1 runs' (settings, overrides, 18-minute budget, seeds 0-2, evaluation
+tasks), so a recipe's rows pair with theirs seed by seed:
+
+  batch8x8   8 tasks x 8 samples per step (64 episodes): the same budget buys about four times
+             the updates, each from a noisier estimate (group size 8 is GiGPO's and
+             verl-agent's); the in-run evaluation every 60 steps, about as many per run
+  progress   the environment's potential-based progress reward, PROGRESS per unit of progress
+             (maze: `progress_reward` x the drop in BFS distance to the goal, so an episode's
+             shaping sums to PROGRESS x (start distance - end distance) and the optimal policy
+             is unchanged, Ng et al. 1999); success, which the tables report, is still the goal
+
+  RECIPE=batch8x8 RECIPE_ENVS=maze python scripts/sweep.py experiments/learning_recipes.py \
+      --out=runs/sweeps/learning_recipes_batch8x8 --workers=1 --devices=1
+  python scripts/paired_eval.py --sweep=runs/sweeps/learning_recipes_batch8x8 \
+      --out=experiments/results/learning_recipes/batch8x8 --num_tasks=512 --min_seeds=3
+
+(one sweep directory per recipe: paired_eval makes one row per environment of a sweep).
+`RECIPE` picks the recipe (default batch8x8), `RECIPE_ENVS` the environments (default maze),
+`RECIPE_SEEDS` the seeds (default 3; 1 is a pilot, and more seeds later reuse its run).
+Cost: about 20 minutes a run, one at a time.
+"""
+
+import os
+
+from rl4agents import config_utils
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_learning = config_utils.load_module(os.path.join(_here, "learning.py"), "learning_study")
+_full = config_utils.load_module(os.path.join(_here, "learning_full_budget.py"), "full_budget")
+_v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
+BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v5")
+TEMPERATURE = 1.0
+PROGRESS = 0.05
+ENVS = ("maze", "sokoban", "frozen_lake", "countdown")
+# At 64 episodes a step the step caps of the learning studies would end runs before the clock.
+SMALL_BATCH_STEPS = 2000
+
+
+def recipe(name: str, env: str) -> tuple[dict, int | None, int | None]:
+    """(overrides, step cap or None, in-run evaluation interval or None) of recipe `name`."""
+    if name == "batch8x8":
+        return {"rollout.num_tasks": 8, "rollout.group_size": 8}, SMALL_BATCH_STEPS, 60
+    if name == "progress":
+        return {f"env.{env}.progress_reward": PROGRESS}, None, None
+    raise ValueError(f"RECIPE={name!r}; allowed: ['batch8x8', 'progress']")
+
+
+def get_sweep():
+    name = os.environ.get("RECIPE", "batch8x8")
+    seeds = int(os.environ.get("RECIPE_SEEDS", "3"))
+    envs = [e for e in os.environ.get("RECIPE_ENVS", "maze").split(",") if e]
+    unknown = sorted(set(envs) - set(ENVS))
+    if unknown:
+        raise ValueError(f"RECIPE_ENVS names {unknown}; allowed: {list(ENVS)}")
+    points = []
+    for env in envs:
+        overrides, steps, eval_every = recipe(name, env)
+        points += _learning.env_sweep(
+            env,
+            steps or _learning.STEPS[env],
+            minutes=_full.MINUTES,
+            seeds=seeds,
+            eval_tasks=_full.EVAL_TASKS,
+            eval_every=eval_every or _v3.EVAL_EVERY.get(env) or _full.EVAL_EVERY.get(env, 15),
+            overrides={
+                **_v3.OVERRIDES.get(env, {}),
+                "init.params": BASE_POLICY,
+                "rollout.temperature": TEMPERATURE,
+                **overrides,
+            },
+        )
+    return points
