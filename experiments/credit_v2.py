@@ -1,47 +1,65 @@
 """Credit study v2: six estimators from the base policy on two long-horizon environments, paired
-seeds, a learning-rate sweep per estimator, 1,024 held-out tasks.
+seeds, a learning-rate sweep per estimator, 1,024 held-out tasks. Two stages, one sweep folder:
 
-  # stage 1, the learning rates: 2 seeds x 3 rates
-  CREDIT_V2_SEEDS=2 python scripts/sweep.py experiments/credit_v2.py --workers=2
-  # stage 2, more seeds (the runs of stage 1 are kept and reused: same directories)
-  CREDIT_V2_SEEDS=5 python scripts/sweep.py experiments/credit_v2.py --workers=2
+  # stage 1, the learning rates: every variant x environment x rate, seed 0
+  python scripts/sweep.py experiments/credit_v2.py --workers=1 --devices=1
+  python scripts/make_table.py --sweep=runs/sweeps/credit_v2 \
+      --out=experiments/results/credit_v2/lr_stage --metric=eval_test.greedy_success \
+      --baseline=grpo --strip='^[a-z_]+,' --lr_select=train/success \
+      --curve_key=train/success,eval_test/greedy_success
+  # commit experiments/results/credit_v2/lr_stage/ (its lr_sweep.csv is stage 2's input), then
+  # stage 2, the seeds: the chosen rate of each variant x environment, seeds 0..4 (seed 0 is
+  # stage 1's run, kept: same directory)
+  CREDIT_V2_STAGE=seeds python scripts/sweep.py experiments/credit_v2.py --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/credit_v2 --out=experiments/results/credit_v2 \
       --metric=eval_test.greedy_success --baseline=grpo --strip='^[a-z_]+,' \
-      --lr_select=train/success --curve_key=eval_test/greedy_success
+      --lr_from=experiments/results/credit_v2/lr_stage/lr_sweep.csv \
+      --curve_key=eval_test/greedy_success,train/success
 
-Every variant uses the learning studies' settings (`experiments/learning_base_v5.py`): rollouts
-at temperature 0.5, and maze's per-episode loss aggregation without an entropy bonus
-(`experiments/learning_base_v3.py`'s overrides).
-
-Every run starts from the base policy (BASE_POLICY, default configs/base_policy.py's `CHECKPOINT`;
-scripts/pretrain.py with configs/base_policy.py) with that environment's settings
-(configs/base_policy.py:<env>).
+Every run starts from the base policy (BASE_POLICY, default configs/base_policy.py's `CHECKPOINT`)
+with that environment's settings (configs/base_policy.py:<env>) and the learning studies'
+loss overrides (maze: per-episode aggregation, no entropy bonus; `experiments/learning_base_v3.py`).
 The estimators that need a critic get a separate one whose decoder starts as a copy of the base
 policy's (`init.critic="policy"`) and whose value projection starts at zero.
 
-Pairing: every variant runs the same seeds (so the same rollout keys at step 0 and the same
-evaluation tasks, `train.eval_seed`). The learning rate of each variant x environment is chosen by
-make_table on training success (never on held-out numbers).
+Design:
+- **A fixed number of updates per environment (STEPS), not a wall-clock budget.** The critic
+  variants cost more per step (a second model), so a shared time budget would give them fewer
+  updates; every variant gets the same updates and episodes. STEPS is about what the 18-minute
+  GRPO runs of the learning studies made one at a time (sokoban about 145, maze about 62).
+- **One run at a time** (`--workers=1`): two runs at once on two cores take twice as long each,
+  and a maze run peaks at about 10.5 GB.
+- **Rollouts at temperature 1** (CREDIT_V2_TEMPERATURE changes it). At 0.5 the GRPO runs from
+  the base policy lost the reward variance inside their groups within about 40 steps (the echo
+  trap: `experiments/results/learning_base_v5/diagnosis.md`), which leaves every estimator
+  with nothing to assign; at 1 frozen_lake learned as much and maze's groups kept variance
+  (`experiments/results/learning_base_v5_t1/`).
+- **Learning rates chosen on training success, once.** Stage 1 runs seed 0 at each of LRS;
+  make_table keeps, per variant x environment, the rate with the best training success over the
+  last quarter of the run (never a held-out number) and writes lr_sweep.csv. Stage 2 reads that
+  committed file (LR_FILE) and adds the seeds at the chosen rate only; its table keeps the same
+  choice (`--lr_from`), so the added seeds cannot change it.
+- **Pairing:** every variant runs the same seeds (the same rollout keys at step 0) and is
+  evaluated on the same tasks (`train.eval_seed`), 256 in the curves, 1,024 at the end; runs are
+  ordered seed by seed, so a stage cut short leaves complete pairs.
 
-Cost on a 2-core CPU (two runs at a time, MINUTES each): stage 1 is 6 x 2 x 3 x 2 = 72 runs,
-72 x MINUTES / 2 = 12 hours of wall time at 20 minutes; stage 2 adds 6 x 2 x 3 x 3 = 108 runs
-(or 36 with `CREDIT_V2_LRS` set to the chosen rates, 6 hours).
+Cost, one run at a time on a 2-core CPU, at the learning studies' pace (about 7 s a sokoban
+step and 17 s a maze step; the critic variants about a third more): a run is 18-24 minutes.
+Stage 1: 6 variants x 2 environments x 3 rates = 36 runs, about 12 hours. Stage 2: 6 x 2 x 4
+more seeds = 48 runs, about 16 hours.
 """
 
 import os
 
 from configs import base_policy
-from rl4agents import config_utils, sweep
+from rl4agents import config_utils, results, sweep
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
 BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
-# The learning studies' settings, shared by every variant: rollouts at temperature 0.5 (greedy
-# play moves when the rollouts stay close to it; CREDIT_V2_TEMPERATURE changes it) and each
-# environment's loss overrides.
-TEMPERATURE = float(os.environ.get("CREDIT_V2_TEMPERATURE", "0.5"))
+TEMPERATURE = float(os.environ.get("CREDIT_V2_TEMPERATURE", "1.0"))
 ENVS = ("sokoban", "maze")
-# variant -> (credit name, dotted overrides)
+# variant -> (credit name, dotted overrides); the variant is the row label after --strip.
 VARIANTS = {
     "grpo": ("grpo", {}),
     "rloo": ("rloo", {}),
@@ -50,40 +68,75 @@ VARIANTS = {
     "gigpo": ("gigpo", {"credit.gigpo.gamma": 0.95, "credit.gigpo.invalid_penalty": 0.0}),
     "empg": ("empg", {}),
 }
-LRS = tuple(float(x) for x in os.environ.get("CREDIT_V2_LRS", "1e-4,3e-4,1e-3").split(","))
-SEEDS = int(os.environ.get("CREDIT_V2_SEEDS", "2"))
-MINUTES = 20.0
-STEPS = {"sokoban": 400, "maze": 300}  # caps; the wall budget ends the runs on this CPU
-EVAL_TASKS = 1024  # the final evaluation, after the budget
-CURVE_TASKS = 256  # the in-run evaluations of the curves, inside the budget
-# About eight points per curve at the pace of two runs at a time (one at a time, the learning
-# studies' runs took about 7 s a step on sokoban and 17 s on maze; an evaluation of 128 tasks
-# added 2 s).
-EVAL_EVERY = {"sokoban": 10, "maze": 5}
+LRS = (1e-4, 3e-4, 1e-3)
+STAGES = ("lr", "seeds")
+SEEDS = 5  # stage 2
+STEPS = {"sokoban": 150, "maze": 60}
+EVAL_EVERY = {"sokoban": 15, "maze": 6}  # ten points per curve
+EVAL_TASKS = 1024  # the final evaluation
+CURVE_TASKS = 256  # the in-run evaluations of the curves
+LR_FILE = os.path.join(_here, "results", "credit_v2", "lr_stage", results.LR_SWEEP_NAME)
+
+
+def shared(env: str) -> dict:
+    """The overrides every run of `env` has."""
+    return {
+        "init.params": BASE_POLICY,
+        "train.num_steps": STEPS[env],
+        "train.max_minutes": 0.0,  # no wall-clock limit: every run makes STEPS updates
+        "train.eval_every": EVAL_EVERY[env],
+        "train.eval_tasks": CURVE_TASKS,
+        "train.final_eval_tasks": EVAL_TASKS,
+        "train.eval_ood": False,
+        "log.collapse_metrics": True,
+        "rollout.temperature": TEMPERATURE,
+        **_v3.OVERRIDES.get(env, {}),
+    }
+
+
+def _run(env: str, variant: str, lr: float, seed: int) -> list[sweep.Point]:
+    credit, overrides = VARIANTS[variant]
+    return sweep.product(
+        sweep.configs([f"configs/base_policy.py:{env},{credit}"]),
+        sweep.fixed({**shared(env), **overrides}),
+        sweep.sweep_values("optim.lr", [lr]),
+        sweep.seeds(1, start=seed),
+    )
+
+
+def chosen_rates(path: str | None = None) -> dict[tuple[str, str], float]:
+    """(variant, env) -> the learning rate stage 1 chose, from its committed lr_sweep.csv
+    (`path`, else CREDIT_V2_LR_FILE, else LR_FILE)."""
+    path = path or os.environ.get("CREDIT_V2_LR_FILE", LR_FILE)
+    found = results.read_lr_choice(path)
+    missing = [(v, e) for e in ENVS for v in VARIANTS if (v, e) not in found]
+    if missing:
+        raise ValueError(
+            f"{path!r} chooses no learning rate for {missing}; allowed: the lr_sweep.csv of "
+            "stage 1 over every variant and environment"
+        )
+    return {key: float(lr) for key, lr in found.items()}
 
 
 def get_sweep():
+    stage = os.environ.get("CREDIT_V2_STAGE", "lr")
+    if stage not in STAGES:
+        raise ValueError(f"CREDIT_V2_STAGE={stage!r}; allowed: one of {list(STAGES)}")
     points = []
+    if stage == "lr":
+        for env in ENVS:
+            for variant in VARIANTS:
+                for lr in LRS:
+                    points += _run(env, variant, lr, 0)
+        return points
+    rates = chosen_rates()
+    # Stage 1's runs stay in the plan (the rates not chosen too: lr_sweep.csv lists them).
     for env in ENVS:
-        for credit, overrides in VARIANTS.values():
-            points += sweep.product(
-                sweep.configs([f"configs/base_policy.py:{env},{credit}"]),
-                sweep.fixed(
-                    {
-                        "init.params": BASE_POLICY,
-                        "train.num_steps": STEPS[env],
-                        "train.eval_every": EVAL_EVERY[env],
-                        "train.eval_tasks": CURVE_TASKS,
-                        "train.final_eval_tasks": EVAL_TASKS,
-                        "train.max_minutes": MINUTES,
-                        "train.eval_ood": False,
-                        "log.collapse_metrics": True,
-                        "rollout.temperature": TEMPERATURE,
-                        **_v3.OVERRIDES.get(env, {}),
-                        **overrides,
-                    }
-                ),
-                sweep.sweep_values("optim.lr", LRS),
-                sweep.seeds(SEEDS),
-            )
+        for variant in VARIANTS:
+            for lr in LRS:
+                points += _run(env, variant, lr, 0)
+    for seed in range(1, SEEDS):
+        for env in ENVS:
+            for variant in VARIANTS:
+                points += _run(env, variant, rates[(variant, env)], seed)
     return points

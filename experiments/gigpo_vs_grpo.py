@@ -15,8 +15,9 @@ the learning studies' rollouts at temperature 0.5.
 
 Household and web_shop, the ALFWorld and WebShop stand-ins, run here. Sokoban and maze, where
 states repeat most (long horizons, few distinct positions), are in the credit study v2
-(`experiments/credit_v2.py`: the same two estimators with the same settings, a learning rate
-tuned for each, 5 seeds), so this study does not run them again; `GIGPO_ENVS` adds them.
+(`experiments/credit_v2.py`: the same two estimators, a learning rate tuned for each, 5 seeds,
+a fixed number of updates, rollouts at temperature 1), so this study does not run them again;
+`GIGPO_ENVS` adds them.
 
 Cost on a 2-core CPU: 2 variants x 2 environments x 5 seeds = 20 runs x 20 minutes / 2 workers
 = 3.3 hours, plus each run's final evaluation on 512 tasks (a few minutes on household).

@@ -7,6 +7,7 @@ paired bootstrap over seeds and tasks.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import math
 import os
@@ -24,6 +25,8 @@ SUMMARY_NAME = writers.SUMMARY_NAME
 read_summary = writers.read_summary  # the run's summary.json, or None
 METRICS_NAME = "metrics.jsonl"
 PLAN_NAME = "sweep.json"  # the expanded study, in the sweep's output directory
+PER_TASK_NAME = "per_task.csv"  # scripts/paired_eval.py's raw outcomes, one row per task
+LR_SWEEP_NAME = "lr_sweep.csv"  # scripts/make_table.py's learning rates and the chosen one
 # The first columns of a learning table (scripts/paired_eval.py, scripts/learning_table.py):
 # the change in held-out greedy success from the start policy, with its 95% interval.
 LEARNING_COLUMNS = (
@@ -37,6 +40,44 @@ LEARNING_COLUMNS = (
     "eval_tasks",
     "minutes",
 )
+
+
+def read_csv(path: str) -> list[dict]:
+    """The rows of a CSV this project wrote ([] when the file is absent): column -> value, an
+    int or a float where the text is one, else the text ("" stays "")."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_lr_choice(path: str) -> dict[tuple[str, str], str]:
+    """(variant, env) -> the learning rate (as its run names write it, "0.0003") that
+    `scripts/make_table.py` selected in the lr_sweep.csv at `path`.
+
+    Raises:
+      ValueError: the file is missing, is not an lr_sweep.csv, or selects no rate.
+    """
+    if not os.path.exists(path):
+        raise ValueError(f"{path!r} does not exist; allowed: an lr_sweep.csv of make_table.py")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    needed = {"env", "variant", "lr", "selected"}
+    if not rows or not needed <= set(rows[0]):
+        raise ValueError(f"{path!r} lacks the columns {sorted(needed)} of an lr_sweep.csv")
+    chosen = {(r["variant"], r["env"]): r["lr"] for r in rows if r["selected"] == "1"}
+    if not chosen:
+        raise ValueError(f"{path!r} selects no learning rate (no row with selected=1)")
+    return chosen
 
 
 def is_complete(workdir: str) -> bool:

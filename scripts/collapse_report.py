@@ -31,7 +31,6 @@ the few groups left. A cell is empty when the run has no such data.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import sys
@@ -82,7 +81,7 @@ def run_stats(rows: list[dict], after: int, window: int) -> dict:
     }
 
 
-def task_changes(per_task: list[dict], env: str, seed: str) -> dict:
+def task_changes(per_task: list[dict], env: str, seed: int) -> dict:
     """Tasks gained and lost against the base policy, greedy and sampled, for one run."""
     base = {r["task"]: r for r in per_task if r["env"] == env and r["policy"] == "base"}
     mine = [r for r in per_task if r["env"] == env and r["policy"] == "rl" and r["seed"] == seed]
@@ -102,10 +101,7 @@ def report(folder: str, after: int, window: int) -> list[dict]:
     root = os.path.join(folder, "run_data")
     if not os.path.isdir(root):
         raise ValueError(f"--results={folder!r} has no run_data/; allowed: a paired_eval --out")
-    per_task = []
-    if os.path.exists(os.path.join(folder, "per_task.csv")):
-        with open(os.path.join(folder, "per_task.csv"), newline="") as f:
-            per_task = list(csv.DictReader(f))
+    per_task = results.read_csv(os.path.join(folder, results.PER_TASK_NAME))
     found = []
     for name in os.listdir(root):
         m = _RUN.fullmatch(name)
@@ -116,7 +112,7 @@ def report(folder: str, after: int, window: int) -> list[dict]:
         metrics = writers.read_metrics(os.path.join(root, name, results.METRICS_NAME))
         row = {"env": env, "seed": seed}
         row.update(run_stats(metrics, after, window))
-        row.update(task_changes(per_task, env, str(seed)))
+        row.update(task_changes(per_task, env, seed))
         rows.append(row)
     return rows
 

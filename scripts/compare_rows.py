@@ -16,7 +16,6 @@ means, the difference, its 95% interval, the seeds paired and the tasks.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -30,14 +29,13 @@ from rl4agents import results  # noqa: E402
 def outcomes(folder: str, env: str, policy: str, key: str) -> dict[str, np.ndarray]:
     """seed -> f[N] of `key` for `policy` ("base" or "rl") of `env` in `folder`/per_task.csv,
     in task order (the base row has seed "")."""
-    path = os.path.join(folder, "per_task.csv")
+    path = os.path.join(folder, results.PER_TASK_NAME)
     if not os.path.exists(path):
         raise ValueError(f"{folder!r} has no per_task.csv; allowed: a paired_eval.py --out")
     rows: dict[str, list[tuple[int, float]]] = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["env"] == env and r["policy"] == policy:
-                rows.setdefault(r["seed"], []).append((int(r["task"]), float(r[key])))
+    for r in results.read_csv(path):
+        if r["env"] == env and r["policy"] == policy:
+            rows.setdefault(str(r["seed"]), []).append((int(r["task"]), float(r[key])))
     return {s: np.array([v for _, v in sorted(pairs)]) for s, pairs in rows.items()}
 
 

@@ -29,7 +29,7 @@ Statistics (table.csv, one row per environment x variant x metric, and its Markd
 
   python scripts/make_table.py --sweep=runs/sweeps/s --out=experiments/results/s \
       --baseline=grpo [--p_test=t|sign_flip] [--reach=0.3] [--lr_key=optim.lr] \
-      [--lr_select=train/success]
+      [--lr_select=train/success] [--lr_from=STAGE1/lr_sweep.csv]
 
 - The unit is the seed: each complete run gives one value of a metric (its final
   eval_test.greedy_success, say, a mean over the run's fixed evaluation tasks). `seeds`, `mean`,
@@ -58,6 +58,9 @@ Statistics (table.csv, one row per environment x variant x metric, and its Markd
   better). A key of the held-out splits (eval_test, eval_ood) is refused, so the choice never
   sees the numbers it reports. table.csv gets an `lr` column; lr_sweep.csv (and a section of
   table.md) lists every learning rate with its score, `selected`, and mean and interval.
+  In a staged study (a few seeds per rate, then more seeds at the chosen rate only),
+  `--lr_from` keeps the rates an earlier stage's lr_sweep.csv selected, so that the seeds added
+  to the chosen rate cannot change the choice.
 - learning_curves.png: one panel per environment, per variant the mean over seeds of the first
   --curve_key against the episodes (the steps when the batch is unknown), band = 95% t interval.
 - `n` and `best` (the best mean per environment x metric) keep table.csv readable by the
@@ -86,7 +89,7 @@ STD_NOTE = "sample standard deviation (ddof=1) over seeds; no std when n=1"
 MIXED_HINT = "allowed: runs of one commit and config, or --allow_mixed to pool them anyway"
 _NAMED = 5  # runs named per provenance line
 CURVES_PNG = "learning_curves.png"  # one panel per environment, 95% bands
-LR_SWEEP_CSV = "lr_sweep.csv"
+LR_SWEEP_CSV = results.LR_SWEEP_NAME
 
 
 @dataclasses.dataclass
@@ -570,6 +573,7 @@ def statistics(
     reach: float = 0.3,
     lr_key: str = DEFAULT_LR_KEY,
     lr_select: str = DEFAULT_LR_SELECT,
+    lr_fixed: dict[tuple[str, str], str] | None = None,
     level: float = LEVEL,
 ) -> Stats:
     """table.csv (and lr_sweep.csv) over the complete runs: per environment x row x metric,
@@ -579,11 +583,14 @@ def statistics(
     With a learning-rate sweep (row labels naming `lr_key`), each row x environment keeps the
     learning rate whose runs score best on `lr_select` (`select_score`, averaged over seeds;
     a training or validation key: the held-out splits are refused), and every learning rate
-    goes to the lr rows.
+    goes to the lr rows. `lr_fixed` ((row, env) -> learning rate, from an earlier stage's
+    lr_sweep.csv: `results.read_lr_choice`) fixes the choice instead; the scores are still
+    reported.
 
     Raises:
       ValueError: an unknown baseline, a --lr_select on a held-out split or that no run has,
-        runs paired by seed that evaluated different tasks.
+        runs paired by seed that evaluated different tasks, an `lr_fixed` that names no rate
+        for a row or a rate no run of the row has.
     """
     if p_test not in P_TESTS:
         raise ValueError(f"--p_test={p_test!r}; allowed: {list(P_TESTS)}")
@@ -618,8 +625,17 @@ def statistics(
                     f"--lr_select={lr_select!r}: no run of row {group!r} on {env!r} has it; "
                     "allowed: a metrics.jsonl key or summary.json key the runs write"
                 )
-            target = (max if select_goal == "max" else min)(known)
-            chosen[(group, env)] = next(lr for lr, s in scores.items() if s == target)
+            if lr_fixed is None:
+                target = (max if select_goal == "max" else min)(known)
+                chosen[(group, env)] = next(lr for lr, s in scores.items() if s == target)
+            elif lr_fixed.get((group, env)) in by_lr:
+                chosen[(group, env)] = lr_fixed[(group, env)]
+            else:
+                raise ValueError(
+                    f"--lr_from fixes the learning rate of row {group!r} on {env!r} at "
+                    f"{lr_fixed.get((group, env))!r}; allowed: one of the rates its runs have, "
+                    f"{sorted(by_lr)}"
+                )
             for lr, runs in by_lr.items():
                 for key, goal in metrics:
                     iv = results.t_interval([v for _, v in _values(runs, key)], level)
@@ -1024,6 +1040,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="KEY[:min] the learning rate of each row is chosen on: a metrics.jsonl key (mean "
         "of its last quarter) or a summary.json key; never a held-out split",
     )
+    p.add_argument(
+        "--lr_from",
+        default=None,
+        help="an earlier stage's lr_sweep.csv whose selected learning rates the table keeps "
+        "(instead of choosing on --lr_select again, now that the chosen rates have more seeds)",
+    )
     return p.parse_args(argv)
 
 
@@ -1059,6 +1081,7 @@ def main(argv: list[str] | None = None) -> int:
             reach=args.reach,
             lr_key=args.lr_key,
             lr_select=args.lr_select,
+            lr_fixed=None if args.lr_from is None else results.read_lr_choice(args.lr_from),
         )
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)

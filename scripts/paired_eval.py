@@ -35,7 +35,6 @@ A run that has not finished is left out and named on stderr. Environments evalua
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -292,11 +291,11 @@ def main() -> None:
             base_level = float(row["base_test"])
             per_run = [run_curves(w, args.split, base_level) for w in runs]
             curves[row["env"]] = ([h for h, _ in per_run], [t for _, t in per_run], base_level)
-        raw = merge_rows(read_csv(os.path.join(args.out, "per_task.csv")), raw)
+        raw = merge_rows(read_csv(os.path.join(args.out, results.PER_TASK_NAME)), raw)
         # Rows written before a column existed show it empty.
         table = [{c: r.get(c, "") for c in COLUMNS + EXTRA} for r in kept]
         curves = {r["env"]: curves[r["env"]] for r in table if curves.get(r["env"], [[]])[0]}
-    writers.write_csv(os.path.join(args.out, "per_task.csv"), raw)
+    writers.write_csv(os.path.join(args.out, results.PER_TASK_NAME), raw)
     writers.write_csv(os.path.join(args.out, "table.csv"), table, COLUMNS + EXTRA)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(writers.format_table(table, list(COLUMNS + EXTRA)) + "\n")
@@ -401,22 +400,7 @@ def saved_run_dirs(out: str, env: str) -> list[str]:
     ]
 
 
-def read_csv(path: str) -> list[dict]:
-    """The rows of a CSV written by this script ([] when there is none), numbers as numbers."""
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def _number(text: str):
-    """`text` as an int or a float when it is one, else unchanged ("" stays "")."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+read_csv = results.read_csv  # rows of a CSV this script wrote, numbers as numbers
 
 
 def _row(env: str, policy: str, seed, task: int, out: dict) -> dict:

@@ -330,3 +330,41 @@ def test_make_table__lr_sweep_chooses_on_training_success_not_test(tmp_path):
     # On the end of training success with lower is better, the other lr is kept.
     assert make_table.main([*args, "--lr_select=train/success:min"]) == 0
     assert [r["lr"] for r in _csv(out / "table.csv")] == ["0.001", "0.001"]
+
+
+def test_make_table__lr_from_keeps_an_earlier_stages_choice(tmp_path, capsys):
+    # Stage 1 chose 0.01 (it trains better); stage 2 added seeds at 0.01 only, and on them
+    # 0.01 trains worse than stage 1's lone 0.001 run: --lr_from keeps 0.01 all the same.
+    make_table = _make_table()
+    stage1 = tmp_path / "stage1"
+    stage1.mkdir()
+    (stage1 / "lr_sweep.csv").write_text(
+        "env,variant,lr,selected\nfl,base,0.001,0\nfl,base,0.01,1\n"
+    )
+    root = tmp_path / "sweep"
+    runs = [_run(root, "fl/credit.name=grpo/optim.lr=0.001/seed=0", "grpo", 0, 0.2,
+                 lr="0.001", train=(0.1, 0.4))]  # fmt: skip
+    for s in range(3):
+        name = f"fl/credit.name=grpo/optim.lr=0.01/seed={s}"
+        runs.append(_run(root, name, "grpo", s, 0.5 + s / 10, lr="0.01", train=(0.1, 0.3)))
+    out = tmp_path / "out"
+    args = [f"--sweep={_sweep(root, runs)}", f"--out={out}", "--metric=eval_test.greedy_success"]
+    assert make_table.main(args) == 0  # chosen afresh: 0.001 (0.4 against 0.3)
+    assert [r["lr"] for r in _csv(out / "table.csv")] == ["0.001"]
+    assert make_table.main([*args, f"--lr_from={stage1 / 'lr_sweep.csv'}"]) == 0
+    (row,) = _csv(out / "table.csv")
+    assert (row["lr"], row["seeds"]) == ("0.01", "3")
+    assert float(row["mean"]) == pytest.approx(0.6)
+    chosen = {r["lr"]: r["selected"] for r in _csv(out / "lr_sweep.csv")}
+    assert chosen == {"0.001": "0", "0.01": "1"}
+    # A choice no run has, and a file that is not an lr_sweep.csv: one-line errors.
+    (stage1 / "lr_sweep.csv").write_text("env,variant,lr,selected\nfl,base,0.1,1\n")
+    capsys.readouterr()
+    assert make_table.main([*args, f"--lr_from={stage1 / 'lr_sweep.csv'}"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --lr_from fixes the learning rate of row 'base' on 'fl' at '0.1'; "
+        "allowed: one of the rates its runs have, ['0.001', '0.01']\n"
+    )
+    (stage1 / "table.csv").write_text("env,variant\nfl,grpo\n")
+    assert make_table.main([*args, f"--lr_from={stage1 / 'table.csv'}"]) == 2
+    assert "lacks the columns ['env', 'lr', 'selected', 'variant']" in capsys.readouterr().err

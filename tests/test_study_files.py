@@ -54,8 +54,8 @@ _VARS = (
     "LOSS_T3_MINUTES",
     "AT_GRPO_SEEDS",
     "AT_GRPO_MINUTES",
-    "CREDIT_V2_SEEDS",
-    "CREDIT_V2_LRS",
+    "CREDIT_V2_STAGE",
+    "CREDIT_V2_LR_FILE",
     "CREDIT_V2_TEMPERATURE",
     "GIGPO_ENVS",
     "ECHO_ENVS",
@@ -383,34 +383,73 @@ def test_at_grpo_roles__credit_and_role_sets_only(clean_env):
     assert len(planned) == 3 * 2 and {c.train.max_minutes for _, c in planned} == {5.0}
 
 
-def test_credit_v2__paired_variants_rates_and_a_larger_final_evaluation(clean_env):
+def test_credit_v2__stage_one_every_rate_at_a_fixed_number_of_steps(clean_env):
     study, module, planned = _plan("credit_v2")
-    assert len(planned) == 6 * 2 * 3 * 2
+    assert len(planned) == 6 * 2 * 3
     cells = collections.defaultdict(set)
     for _, c in planned:
-        cells[(c.env.name, c.credit.name, c.optim.lr)].add(c.seed)
-        assert c.init.params == base_policy.CHECKPOINT
+        cells[(c.env.name, c.credit.name)].add(c.optim.lr)
+        assert c.seed == 0 and c.init.params == base_policy.CHECKPOINT
         assert (c.train.eval_seed, c.train.eval_tasks, c.train.final_eval_tasks) == (
             1234,
             256,
             1024,
         )
-        assert c.train.max_minutes == module.MINUTES
-        assert c.rollout.temperature == 0.5
+        # Every variant makes the same number of updates: no wall-clock limit.
+        assert (c.train.num_steps, c.train.max_minutes) == (module.STEPS[c.env.name], 0.0)
+        assert c.rollout.temperature == 1.0
         assert (c.loss.ppo_clip.agg == "seq-mean-token-mean") == (c.env.name == "maze")
         critic = c.credit.name in ("ppo_gae", "turn_gae")
         assert (c.model.value_head == "separate") == critic, c.credit.name
-    assert {env for env, _, _ in cells} == {"sokoban", "maze"}
-    assert {v for _, v, _ in cells} == {"grpo", "rloo", "ppo_gae", "turn_gae", "gigpo", "empg"}
-    assert {lr for _, _, lr in cells} == {1e-4, 3e-4, 1e-3}
-    assert set(map(frozenset, cells.values())) == {frozenset({0, 1})}  # paired seeds
+        assert (c.init.critic == "policy") == critic
+    assert {env for env, _ in cells} == {"sokoban", "maze"}
+    assert {v for _, v in cells} == {"grpo", "rloo", "ppo_gae", "turn_gae", "gigpo", "empg"}
+    assert set(map(frozenset, cells.values())) == {frozenset({1e-4, 3e-4, 1e-3})}
     assert len({r.dirname for r in study.runs}) == len(study.runs)
-    clean_env.setenv("CREDIT_V2_SEEDS", "5")
-    clean_env.setenv("CREDIT_V2_LRS", "3e-4")
-    clean_env.setenv("CREDIT_V2_TEMPERATURE", "1")
-    _, _, planned = _plan("credit_v2")
-    assert len(planned) == 6 * 2 * 5 and {c.optim.lr for _, c in planned} == {3e-4}
-    assert {c.rollout.temperature for _, c in planned} == {1.0}
+    # The analysis command's --strip leaves the variant names lr_sweep.csv is keyed by.
+    labels = results.short_labels([r.variant for r in study.runs])
+    rows = {make_table_split(re.sub(r"^[a-z_]+,", "", label)) for label in labels}
+    assert {v for v, _ in rows} == set(module.VARIANTS)
+    clean_env.setenv("CREDIT_V2_STAGE", "tuning")
+    with pytest.raises(ValueError, match=r"CREDIT_V2_STAGE='tuning'; allowed: one of"):
+        _plan("credit_v2")
+
+
+def make_table_split(label: str) -> tuple[str, str]:
+    """("grpo", "0.001") for "grpo, optim.lr=0.001", as scripts/make_table.py splits labels."""
+    variant, lr = label.split(", optim.lr=")
+    return variant, lr
+
+
+def test_credit_v2__stage_two_adds_seeds_at_the_chosen_rate_and_keeps_stage_one(
+    clean_env, tmp_path
+):
+    study1, module, _ = _plan("credit_v2")
+    lines = ["env,variant,lr,metric,selected"]
+    for env in module.ENVS:
+        for i, variant in enumerate(module.VARIANTS):
+            for j, lr in enumerate(("0.0001", "0.0003", "0.001")):
+                lines.append(f"{env},{variant},{lr},eval_test.greedy_success,{int(i % 3 == j)}")
+    path = tmp_path / "lr_sweep.csv"
+    path.write_text("\n".join(lines) + "\n")
+    clean_env.setenv("CREDIT_V2_STAGE", "seeds")
+    clean_env.setenv("CREDIT_V2_LR_FILE", str(path))
+    study2, _, planned = _plan("credit_v2")
+    # Stage 1's runs are the first of stage 2's plan, in the same directories.
+    assert [r.dirname for r in study2.runs[:36]] == [r.dirname for r in study1.runs]
+    later = [c for _, c in planned[36:]]
+    assert len(later) == 6 * 2 * 4 and {c.seed for c in later} == {1, 2, 3, 4}
+    for c in later:
+        i = list(module.VARIANTS).index(c.credit.name)
+        assert c.optim.lr == (1e-4, 3e-4, 1e-3)[i % 3]
+    seeds = collections.defaultdict(set)
+    for _, c in planned:
+        if c.optim.lr == (1e-4, 3e-4, 1e-3)[list(module.VARIANTS).index(c.credit.name) % 3]:
+            seeds[(c.env.name, c.credit.name)].add(c.seed)
+    assert set(map(frozenset, seeds.values())) == {frozenset(range(5))}  # paired seeds
+    path.write_text("env,variant,lr,selected\nsokoban,grpo,0.001,1\n")
+    with pytest.raises(ValueError, match=r"chooses no learning rate for \[\('rloo', 'sokoban'\)"):
+        _plan("credit_v2")
 
 
 def test_gigpo_vs_grpo__household_and_web_shop_paired_with_the_same_settings(clean_env):
