@@ -298,7 +298,7 @@ def _torch_logits(model, tokens):
     import torch
 
     with torch.no_grad():
-        return model(torch.as_tensor(np.asarray(tokens))).logits.float().numpy()
+        return model(torch.as_tensor(np.array(tokens))).logits.float().numpy()
 
 
 @hf_only
