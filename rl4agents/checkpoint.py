@@ -82,6 +82,23 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def params_digest(params: Any) -> str:
+    """A short fingerprint of a parameter tree's values: the first 16 hex digits of the sha256
+    over its leaves in path order (each leaf's path, dtype, shape and bytes).
+
+    Two trees get the same digest only when every array is bit for bit the same, so it tells
+    two builds of one recipe apart (the same command on two processors gives different weights)
+    where the checkpoint's path cannot.
+    """
+    digest = hashlib.sha256()
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
+        array = np.asarray(jax.device_get(leaf))
+        digest.update(f"{jax.tree_util.keystr(path)}|{array.dtype}|{array.shape}|".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def with_compat_choices(config_json: str, choices: Mapping[str, list]) -> str:
     """`config_json` with `COMPAT_CHOICES` set: for each dotted key, the values a later run
     may have on it (`Checkpointer.check_compatible` accepts any of them).

@@ -7,7 +7,8 @@
 
 Every source is a folder written by `scripts/paired_eval.py` (its `table.csv`, and
 `run_data/<env>_seed<k>/config.json` for each run). A source row is eligible for the headline
-when its runs started from `--base` (their `init.params`), it has at least `--min_seeds` seeds
+when its runs started from `--base` (their `init.params`; with `--base_digest`, also the same
+weights: paired_eval's `base_digest` column), it has at least `--min_seeds` seeds
 and `--min_tasks` evaluation tasks, and its runs took at most `--max_minutes` each. Per
 environment the eligible row with the highest lower 95% bound (`delta_ci_low`) is chosen; a tie
 goes to the later source. Choosing the best of several attempts favours the chosen row, so the
@@ -94,6 +95,10 @@ def why_not(row: dict, start: str, args) -> str:
     """ "" when `row` is eligible, else the first rule it breaks."""
     if os.path.normpath(start) != os.path.normpath(args.base):
         return f"start policy {start or 'unknown'}"
+    digest = getattr(args, "base_digest", None)
+    if digest and row.get("base_digest") != digest:
+        found = row.get("base_digest") or "none recorded"
+        return f"another build of the start policy (base_digest {found})"
     if int(row["seeds"]) < args.min_seeds:
         return f"{row['seeds']} seeds"
     if int(row["eval_tasks"]) < args.min_tasks:
@@ -122,6 +127,12 @@ def main() -> None:
     ap.add_argument("sources", nargs="+", help="paired_eval.py output folders, oldest first")
     ap.add_argument("--out", required=True)
     ap.add_argument("--base", required=True, help="the start policy every chosen row shares")
+    ap.add_argument(
+        "--base_digest",
+        default=None,
+        help="the start policy's checkpoint.params_digest: rows evaluated from another build "
+        "of --base (the same path, other weights) or with no digest recorded are not eligible",
+    )
     ap.add_argument("--min_seeds", type=int, default=3)
     ap.add_argument("--min_tasks", type=int, default=512)
     ap.add_argument("--max_minutes", type=float, default=20.0)

@@ -18,8 +18,10 @@ Writes to --out:
   table.csv      env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,seeds,eval_tasks,minutes
                  then rl_test per seed, sampled success (base, RL, and their paired change
                  with its 95% interval), the variant, steps, the p-value of a
-                 two-sided sign-flip test over seeds and the runs' CPU-hours (process CPU
-                 time, every thread, summed over seeds; the evaluation here not included);
+                 two-sided sign-flip test over seeds, the runs' CPU-hours (process CPU
+                 time, every thread, summed over seeds; the evaluation here not included) and
+                 `base_digest`, the start policy's `checkpoint.params_digest` (two builds of
+                 one checkpoint path differ there);
   table.md       the same as Markdown;
   curves.png     per environment: held-out greedy success at the runs' evaluations (mean over
                  seeds, min-max band; step 0 is the start policy on --num_tasks tasks) and the
@@ -63,6 +65,7 @@ EXTRA = (
     "steps",
     "p_sign_flip",
     "cpu_hours",
+    "base_digest",
 )
 
 
@@ -276,6 +279,7 @@ def main() -> None:
             steps.append(step)
         exp.close()
         info = {"minutes": minutes, "steps": steps, "cpu_s": cpu_s, "variant": runs[0]["variant"]}
+        info["base_digest"] = checkpoint_lib.params_digest(base_params)
         row = env_row(env, base_out, rl_outs, [r["seed"] for r in runs], info, args.samples)
         table.append(row)
         b = base_out["greedy_success"]
@@ -322,7 +326,8 @@ def env_row(
       rl_outs: per seed (len S), the final policy's outcomes, the same keys, f[N] each, on the
         same N tasks as `base_out`.
       seeds: the S seeds, in the order of `rl_outs`.
-      info: "minutes", "steps", "cpu_s" (per seed) and "variant" (a list of names) of the runs.
+      info: "minutes", "steps", "cpu_s" (per seed) and "variant" (a list of names) of the runs,
+        and "base_digest" (the start policy's `checkpoint.params_digest`; "" when absent).
       samples: bootstrap replicates of the paired interval.
 
     Returns:
@@ -363,6 +368,7 @@ def env_row(
         "steps": " ".join(str(s) for s in info["steps"]),
         "p_sign_flip": None if p is None else round(p, 4),
         "cpu_hours": round(float(np.sum(info["cpu_s"])) / 3600, 2),
+        "base_digest": info.get("base_digest", ""),
     }
 
 

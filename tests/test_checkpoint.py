@@ -517,3 +517,19 @@ def test_checkpointer__failed_save_is_raised_by_the_next_save(tmp_path, monkeypa
     )
     ckpt.close()
     assert checkpoint_lib.saved_steps(tmp_path) == []
+
+
+def test_params_digest__bit_exact_and_order_free():
+    params = {"w": jnp.arange(6, dtype=jnp.float32).reshape(2, 3), "b": jnp.zeros(3)}
+    digest = checkpoint_lib.params_digest(params)
+    assert len(digest) == 16 and int(digest, 16) >= 0
+    # The same values in another dict order, or as NumPy arrays: the same digest.
+    same = {"b": np.zeros(3, np.float32), "w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    assert checkpoint_lib.params_digest(same) == digest
+    # One bit of one value, a dtype, a shape or a name changes it.
+    nudged = np.array(params["w"])
+    nudged.view(np.uint32)[0, 1] ^= 1  # the last bit of 1.0's mantissa
+    assert checkpoint_lib.params_digest({**params, "w": nudged}) != digest
+    assert checkpoint_lib.params_digest({**params, "b": jnp.zeros(3, jnp.bfloat16)}) != digest
+    assert checkpoint_lib.params_digest({**params, "w": params["w"].reshape(3, 2)}) != digest
+    assert checkpoint_lib.params_digest({"w": params["w"], "c": params["b"]}) != digest

@@ -116,3 +116,20 @@ def test_learning_table__settings_default_and_unknown(lt, tmp_path):
 def test_learning_table__rejects_a_folder_without_a_table(lt, tmp_path):
     with pytest.raises(ValueError, match=r"has no table.csv; allowed: a paired_eval.py --out"):
         lt.read_rows(str(tmp_path))
+
+
+def test_learning_table__base_digest_keeps_one_build_of_the_start_policy(lt):
+    # Two builds of one checkpoint path: the path matches, the weights' digest does not.
+    args = lt.argparse.Namespace(
+        base="runs/base", base_digest="ab12", min_seeds=3, min_tasks=512, max_minutes=20.0
+    )
+    row = {"seeds": "3", "eval_tasks": "512", "minutes": "18.0"}
+    assert lt.why_not({**row, "base_digest": "ab12"}, "runs/base", args) == ""
+    assert lt.why_not({**row, "base_digest": "cd34"}, "runs/base", args) == (
+        "another build of the start policy (base_digest cd34)"
+    )
+    assert lt.why_not(row, "runs/base", args) == (
+        "another build of the start policy (base_digest none recorded)"
+    )
+    args.base_digest = None  # not asked for: any build of the path
+    assert lt.why_not({**row, "base_digest": "cd34"}, "runs/base", args) == ""
