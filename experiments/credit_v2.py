@@ -13,8 +13,13 @@ seeds, a learning-rate sweep per estimator, 1,024 held-out tasks. Two stages, on
   CREDIT_V2_STAGE=seeds python scripts/sweep.py experiments/credit_v2.py --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/credit_v2 --out=experiments/results/credit_v2 \
       --metric=eval_test.greedy_success --baseline=grpo --strip='^[a-z_]+,' \
-      --lr_from=experiments/results/credit_v2/lr_stage/lr_sweep.csv \
+      --lr_from=experiments/results/credit_v2/lr_stage/lr_sweep.csv --allow_mixed \
       --curve_key=eval_test/greedy_success,train/success
+  # the same without the tuning seed (seeds 1-4 only)
+  python scripts/make_table.py ... --exclude='seed=0$' --out=experiments/results/credit_v2/seeds1to4
+
+(`--allow_mixed`: stage 2's runs are made at a later commit than stage 1's, the one that
+committed lr_sweep.csv; table.md lists what differs, which must be the commit alone.)
 
 Every run starts from the base policy (BASE_POLICY, default configs/base_policy.py's `CHECKPOINT`)
 with that environment's settings (configs/base_policy.py:<env>) and the learning studies'
@@ -29,24 +34,33 @@ Design:
   GRPO runs of the learning studies made one at a time (sokoban about 145, maze about 62).
 - **One run at a time** (`--workers=1`): two runs at once on two cores take twice as long each,
   and a maze run peaks at about 10.5 GB.
-- **Rollouts at temperature 1** (CREDIT_V2_TEMPERATURE changes it). At 0.5 the GRPO runs from
-  the base policy lost the reward variance inside their groups within about 40 steps (the echo
-  trap: `experiments/results/learning_base_v5/diagnosis.md`), which leaves every estimator
-  with nothing to assign; at 1 frozen_lake learned as much and maze's groups kept variance
-  (`experiments/results/learning_base_v5_t1/`).
+- **Rollouts at temperature 1** (CREDIT_V2_TEMPERATURE changes it), a judgement from the first
+  build of base v5 (`runs/base_policy_v5` is now its rebuild, another draw of the same recipe):
+  at 0.5, after step 40 the median share of countdown's GRPO groups with no reward variance was
+  0.81-0.94 (`experiments/results/learning_base_v5/diagnosis.md`), and a group without variance
+  gives every estimator here but the critics nothing to assign. At 1 the groups collapse too,
+  later and less on the environments measured: frozen_lake 0.69-0.81 after step 40 (and it
+  learned as much as at 0.5), maze about a quarter (it did not learn, and was not run at 0.5;
+  `experiments/results/learning_base_v5_t1/`). Neither environment of this study has been
+  measured at either temperature from the rebuild.
 - **Learning rates chosen on training success, once.** Stage 1 runs seed 0 at each of LRS;
   make_table keeps, per variant x environment, the rate with the best training success over the
   last quarter of the run (never a held-out number) and writes lr_sweep.csv. Stage 2 reads that
   committed file (LR_FILE) and adds the seeds at the chosen rate only; its table keeps the same
-  choice (`--lr_from`), so the added seeds cannot change it.
+  choice (`--lr_from`), so the added seeds cannot change it. Seed 0 both chose the rate and
+  counts in the 5-seed result, which favours the variants whose result depends most on the rate
+  (the winner's curse); the table without it (`--exclude='seed=0$'`) is reported beside.
 - **Pairing:** every variant runs the same seeds (the same rollout keys at step 0) and is
   evaluated on the same tasks (`train.eval_seed`), 256 in the curves, 1,024 at the end; runs are
   ordered seed by seed, so a stage cut short leaves complete pairs.
 
 Cost, one run at a time on a 2-core CPU, at the learning studies' pace (about 7 s a sokoban
-step and 17 s a maze step; the critic variants about a third more): a run is 18-24 minutes.
-Stage 1: 6 variants x 2 environments x 3 rates = 36 runs, about 12 hours. Stage 2: 6 x 2 x 4
-more seeds = 48 runs, about 16 hours.
+step and 17 s a maze step on the AVX2 machine they ran on; the critic variants more): 18-24
+minutes of training steps a run, plus ten in-run evaluations on 256 tasks (in the maze runs
+at temperature 1 a 128-task evaluation added 7-17 s to its step, so about 3-6 minutes a maze
+run) and the final one on 1,024. Stage 1: 6
+variants x 2 environments x 3 rates = 36 runs, at least 12 hours. Stage 2: 6 x 2 x 4 more
+seeds = 48 runs, at least 16 hours.
 """
 
 import os

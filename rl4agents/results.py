@@ -42,13 +42,20 @@ LEARNING_COLUMNS = (
 )
 
 
-def read_csv(path: str) -> list[dict]:
+# Columns that hold text even where it reads as a number (a hex digest such as "0696e122").
+TEXT_COLUMNS = ("base_digest",)
+
+
+def read_csv(path: str, text: Sequence[str] = TEXT_COLUMNS) -> list[dict]:
     """The rows of a CSV this project wrote ([] when the file is absent): column -> value, an
-    int or a float where the text is one, else the text ("" stays "")."""
+    int or a float where the text is one, else the text ("" stays ""); the `text` columns
+    stay text."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [
+            {k: v if k in text else _number(v) for k, v in row.items()} for row in csv.DictReader(f)
+        ]
 
 
 def _number(text: str) -> Any:
@@ -65,7 +72,8 @@ def read_lr_choice(path: str) -> dict[tuple[str, str], str]:
     `scripts/make_table.py` selected in the lr_sweep.csv at `path`.
 
     Raises:
-      ValueError: the file is missing, is not an lr_sweep.csv, or selects no rate.
+      ValueError: the file is missing, is not an lr_sweep.csv, selects no rate, or two for
+        one variant and environment.
     """
     if not os.path.exists(path):
         raise ValueError(f"{path!r} does not exist; allowed: an lr_sweep.csv of make_table.py")
@@ -74,7 +82,17 @@ def read_lr_choice(path: str) -> dict[tuple[str, str], str]:
     needed = {"env", "variant", "lr", "selected"}
     if not rows or not needed <= set(rows[0]):
         raise ValueError(f"{path!r} lacks the columns {sorted(needed)} of an lr_sweep.csv")
-    chosen = {(r["variant"], r["env"]): r["lr"] for r in rows if r["selected"] == "1"}
+    chosen: dict[tuple[str, str], str] = {}
+    for r in rows:
+        if r["selected"] != "1":
+            continue
+        key = (r["variant"], r["env"])
+        if chosen.get(key, r["lr"]) != r["lr"]:
+            raise ValueError(
+                f"{path!r} selects two learning rates for {key}: {chosen[key]} and {r['lr']}; "
+                "allowed: one per variant and environment"
+            )
+        chosen[key] = r["lr"]
     if not chosen:
         raise ValueError(f"{path!r} selects no learning rate (no row with selected=1)")
     return chosen

@@ -118,12 +118,16 @@ class Table:
     best: set  # (row, env, metric key) in bold
 
 
-def load_entries(sweep_dir: str, strip: str = "", only: str | None = None) -> list[Entry]:
+def load_entries(
+    sweep_dir: str, strip: str = "", only: str | None = None, exclude: str | None = None
+) -> list[Entry]:
     """Every run of `<sweep_dir>/sweep.json` with its status, summary and config.
 
     `strip`: a regular expression removed from every row label, e.g. the environment part of
     a config argument ("frozen_lake8,grpo" -> "grpo") so that one row spans the environments.
     `only`: keep the runs whose name contains it (as `scripts/sweep.py --only`).
+    `exclude`: drop the runs whose name matches this regular expression (`seed=0$`: a staged
+    study's tuning seed).
     """
     path = os.path.join(sweep_dir, results.PLAN_NAME)
     if not os.path.exists(path):
@@ -139,6 +143,8 @@ def load_entries(sweep_dir: str, strip: str = "", only: str | None = None) -> li
     entries = []
     for r, label in zip(plan, labels, strict=True):
         if only is not None and only not in r["name"]:
+            continue
+        if exclude is not None and re.search(exclude, r["name"]):
             continue
         workdir = os.path.join(sweep_dir, r["dir"])
         status, detail = results.run_status(workdir)
@@ -400,6 +406,7 @@ class Stats:
     p_test: str
     reach: float
     unit: str  # "episodes" when every used run's config gives its batch, else "steps"
+    lr_fixed: bool = False  # the learning rates came from an earlier stage (--lr_from)
 
 
 def split_lr(label: str, lr_key: str = DEFAULT_LR_KEY) -> tuple[str, str | None]:
@@ -700,7 +707,7 @@ def statistics(
             for r in column:
                 r["best"] = int(len(column) > 1 and r["mean"] == target)
     columns = stat_columns(has_lr, baseline if base is not None else None)
-    return Stats(rows, lr_rows, used, columns, base, p_test, reach, unit)
+    return Stats(rows, lr_rows, used, columns, base, p_test, reach, unit, lr_fixed is not None)
 
 
 def _cell(value) -> str:
@@ -773,7 +780,14 @@ def stats_markdown(stats: Stats, baseline: str | None) -> list[str]:
         f"{stats.unit.capitalize()} to {stats.reach:g}: median "
         f"over seeds of the first evaluation at or past {stats.reach:g} (reached / seeds)."
     )
-    if has_lr:
+    if has_lr and stats.lr_fixed:
+        lines.append(
+            "lr: per row and environment, the learning rate an earlier stage chose (--lr_from); "
+            f"the scores below (`{stats.lr_rows[0]['select_key']}`) are recomputed over every "
+            "run now at each rate, so the chosen rate, which has more seeds, need not score "
+            "best here."
+        )
+    elif has_lr:
         lines.append(
             f"lr: per row and environment, the learning rate whose runs score best on "
             f"`{stats.lr_rows[0]['select_key']}` (never a held-out split); every learning "
@@ -1014,6 +1028,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--only", default=None, help="only runs whose name contains this")
     p.add_argument(
+        "--exclude", default=None, help="drop runs whose name matches this regex (seed=0$)"
+    )
+    p.add_argument(
         "--allow_mixed",
         action="store_true",
         help="pool runs of different commits or configs (listed in table.md)",
@@ -1064,7 +1081,14 @@ def main(argv: list[str] | None = None) -> int:
         metrics = [results.parse_metric(m) for m in args.metric.split(",") if m]
         if not metrics:
             raise ValueError(f"--metric={args.metric!r}; allowed: KEY[:max|:min], comma separated")
-        entries = load_entries(args.sweep, args.strip, args.only)
+        if args.exclude is not None:
+            try:
+                re.compile(args.exclude)
+            except re.error as e:
+                raise ValueError(
+                    f"--exclude={args.exclude!r}: {e}; allowed: a regular expression"
+                ) from None
+        entries = load_entries(args.sweep, args.strip, args.only, args.exclude)
         if not entries and args.only is not None:
             names = ", ".join(e.name for e in load_entries(args.sweep, args.strip)[:5])
             raise ValueError(f"--only={args.only!r} matches no run; runs: {names}, ...")

@@ -357,6 +357,14 @@ def test_make_table__lr_from_keeps_an_earlier_stages_choice(tmp_path, capsys):
     assert float(row["mean"]) == pytest.approx(0.6)
     chosen = {r["lr"]: r["selected"] for r in _csv(out / "lr_sweep.csv")}
     assert chosen == {"0.001": "0", "0.01": "1"}
+    assert "the learning rate an earlier stage chose (--lr_from)" in (out / "table.md").read_text()
+    # Without the tuning seed: seeds 1 and 2 only, (0.6 + 0.7) / 2.
+    lr_from = f"--lr_from={stage1 / 'lr_sweep.csv'}"
+    assert make_table.main([*args, lr_from, "--exclude=seed=0$"]) == 0
+    (row,) = _csv(out / "table.csv")
+    assert row["seeds"] == "2" and float(row["mean"]) == pytest.approx(0.65)
+    assert make_table.main([*args, "--exclude=seed=("]) == 2
+    assert "--exclude='seed=(': missing ), unterminated subpattern" in capsys.readouterr().err
     # A choice no run has, and a file that is not an lr_sweep.csv: one-line errors.
     (stage1 / "lr_sweep.csv").write_text("env,variant,lr,selected\nfl,base,0.1,1\n")
     capsys.readouterr()
@@ -368,3 +376,10 @@ def test_make_table__lr_from_keeps_an_earlier_stages_choice(tmp_path, capsys):
     (stage1 / "table.csv").write_text("env,variant\nfl,grpo\n")
     assert make_table.main([*args, f"--lr_from={stage1 / 'table.csv'}"]) == 2
     assert "lacks the columns ['env', 'lr', 'selected', 'variant']" in capsys.readouterr().err
+    (stage1 / "lr_sweep.csv").write_text(
+        "env,variant,lr,selected\nfl,base,0.01,1\nfl,base,0.001,1\n"
+    )
+    assert make_table.main([*args, f"--lr_from={stage1 / 'lr_sweep.csv'}"]) == 2
+    assert "selects two learning rates for ('base', 'fl'): 0.01 and 0.001" in (
+        capsys.readouterr().err
+    )

@@ -98,15 +98,16 @@ def test_merge_rows__a_new_evaluation_replaces_its_environment_and_keeps_the_oth
 
 def test_write_and_read_csv__round_trip(paired_eval, tmp_path):
     rows = [
-        {"env": "maze", "delta": 0.25, "seeds": 3, "steps": "40 38"},
-        {"env": "sokoban", "delta": -0.5, "seeds": 5, "steps": "7"},
+        {"env": "maze", "delta": 0.25, "seeds": 3, "steps": "40 38", "base_digest": "0696e122"},
+        {"env": "sokoban", "delta": -0.5, "seeds": 5, "steps": "7", "base_digest": "0123"},
     ]
     path = str(tmp_path / "table.csv")
     paired_eval.writers.write_csv(path, rows)
-    # Numbers come back as numbers (right-aligned in table.md), "7" as an int.
+    # Numbers come back as numbers (right-aligned in table.md), "7" as an int; a digest that
+    # reads as a number ("0696e122" as a float, "0123" as an int) stays text.
     assert paired_eval.read_csv(path) == [
-        {"env": "maze", "delta": 0.25, "seeds": 3, "steps": "40 38"},
-        {"env": "sokoban", "delta": -0.5, "seeds": 5, "steps": 7},
+        {"env": "maze", "delta": 0.25, "seeds": 3, "steps": "40 38", "base_digest": "0696e122"},
+        {"env": "sokoban", "delta": -0.5, "seeds": 5, "steps": 7, "base_digest": "0123"},
     ]
     assert paired_eval.read_csv(str(tmp_path / "none.csv")) == []
 
