@@ -1066,28 +1066,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _check_regex(flag: str, pattern: str | None) -> None:
+    """A one-line ValueError when --`flag`'s `pattern` is not a regular expression."""
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"--{flag}={pattern!r}: {e}; allowed: a regular expression") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     keys = [k for k in args.curve_key.split(",") if k]
     try:
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise ValueError(f"--out={args.out!r} is a file; allowed: a directory")
-        try:
-            re.compile(args.strip)
-        except re.error as e:
-            raise ValueError(
-                f"--strip={args.strip!r}: {e}; allowed: a regular expression"
-            ) from None
+        for flag in ("strip", "exclude"):
+            _check_regex(flag, getattr(args, flag))
         metrics = [results.parse_metric(m) for m in args.metric.split(",") if m]
         if not metrics:
             raise ValueError(f"--metric={args.metric!r}; allowed: KEY[:max|:min], comma separated")
-        if args.exclude is not None:
-            try:
-                re.compile(args.exclude)
-            except re.error as e:
-                raise ValueError(
-                    f"--exclude={args.exclude!r}: {e}; allowed: a regular expression"
-                ) from None
         entries = load_entries(args.sweep, args.strip, args.only, args.exclude)
         if not entries and args.only is not None:
             names = ", ".join(e.name for e in load_entries(args.sweep, args.strip)[:5])
