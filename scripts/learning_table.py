@@ -95,7 +95,7 @@ def why_not(row: dict, start: str, args) -> str:
     """ "" when `row` is eligible, else the first rule it breaks."""
     if os.path.normpath(start) != os.path.normpath(args.base):
         return f"start policy {start or 'unknown'}"
-    digest = getattr(args, "base_digest", None)
+    digest = args.base_digest
     if digest and row.get("base_digest") != digest:
         found = row.get("base_digest") or "none recorded"
         return f"another build of the start policy (base_digest {found})"
