@@ -36,11 +36,13 @@ for step in steps:
         continue
     print(f"| {step} | {len(keys)} | {max(abs(a[k] - b[k]) for k in keys):.3g} |")
 
-# Held-out success of the two builds on the same 256 test tasks per environment. The interval
+# Held-out success of the two builds on the same test tasks per environment. The interval
 # is the unpaired normal one (per-task outcomes are not kept by the pretraining evaluation), so
 # it is wider than a paired one would be.
 first_eval = json.load(open(os.path.join(here, "..", "eval.json")))
 rebuild_eval = json.load(open(os.path.join(here, "eval.json")))
+n = json.load(open(os.path.join(here, "summary.json")))["eval_tasks"]
+assert n == json.load(open(os.path.join(here, "..", "summary.json")))["eval_tasks"]
 print()
 print("| env | mode | first build | rebuild | difference | 95% interval (unpaired) |")
 print("|---|---|---:|---:|---:|---|")
@@ -48,7 +50,6 @@ for env in first_eval:
     for mode in ("greedy", "sampled"):
         a = first_eval[env]["test"][f"{mode}_success"]
         b = rebuild_eval[env]["test"][f"{mode}_success"]
-        n = 256
         half = 1.96 * ((a * (1 - a) + b * (1 - b)) / n) ** 0.5
         print(
             f"| {env} | {mode} | {a:.3f} | {b:.3f} | {b - a:+.3f} | "
