@@ -18,8 +18,9 @@ eligible or not, with the reason when it is not.
 Writes to --out:
   table.csv     the issue's columns (env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,
                 seeds,eval_tasks,minutes), then the source row's other columns, `study` (the
-                source folder's name), `settings` (the runs' training settings that differ
-                from the environment's defaults in `configs/base_policy.py`) and `attempts`;
+                source folder's path from --out's parent, such as `learning_v5_rebuild/t1`),
+                `settings` (the runs' training settings that differ from the environment's
+                defaults in `configs/base_policy.py`) and `attempts`;
   table.md      the same as Markdown;
   attempts.csv  every source row with `study`, `settings`, `start` (the runs' start policy),
                 `eligible` and `why_not`.
@@ -53,6 +54,14 @@ def read_rows(source: str) -> list[dict]:
     if missing:
         raise ValueError(f"{path} lacks the columns {missing}")
     return rows
+
+
+def study_name(source: str, out: str) -> str:
+    """`source`'s path relative to `out`'s parent folder (the folder that holds every study's
+    results), or its own name when it lies elsewhere."""
+    parent = os.path.dirname(os.path.abspath(os.path.normpath(out)))
+    rel = os.path.relpath(os.path.abspath(source), parent)
+    return os.path.basename(os.path.normpath(source)) if rel.startswith("..") else rel
 
 
 def start_policy(source: str, env: str) -> str:
@@ -142,7 +151,7 @@ def main() -> None:
         for row in read_rows(source):
             start = start_policy(source, row["env"])
             reason = why_not(row, start, args)
-            study = os.path.basename(os.path.normpath(source))
+            study = study_name(source, args.out)
             attempts.append(
                 {
                     **row,

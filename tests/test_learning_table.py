@@ -133,3 +133,11 @@ def test_learning_table__base_digest_keeps_one_build_of_the_start_policy(lt):
     )
     args.base_digest = None  # not asked for: any build of the path
     assert lt.why_not({**row, "base_digest": "cd34"}, "runs/base", args) == ""
+
+
+def test_learning_table__study_is_the_path_below_the_results_folder(lt, tmp_path):
+    out = str(tmp_path / "results" / "learning")
+    nested = str(tmp_path / "results" / "rebuild" / "t1")
+    assert lt.study_name(nested, out) == "rebuild/t1"
+    assert lt.study_name(str(tmp_path / "results" / "fixes") + "/", out) == "fixes"
+    assert lt.study_name(str(tmp_path / "elsewhere" / "t1"), out) == "t1"
