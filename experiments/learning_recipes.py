@@ -16,9 +16,10 @@ tasks), so a recipe's rows pair with theirs seed by seed:
              is unchanged, Ng et al. 1999); success, which the tables report, is still the goal
 
   RECIPE=batch8x8 RECIPE_ENVS=maze python scripts/sweep.py experiments/learning_recipes.py \
-      --out=runs/sweeps/learning_recipes_batch8x8 --workers=1 --devices=1
-  python scripts/paired_eval.py --sweep=runs/sweeps/learning_recipes_batch8x8 \
-      --out=experiments/results/learning_recipes/batch8x8 --num_tasks=512 --min_seeds=3
+      --out=runs/sweeps/learning_v5_rebuild_recipe_batch8x8_maze --workers=1 --devices=1
+  python scripts/paired_eval.py --sweep=runs/sweeps/learning_v5_rebuild_recipe_batch8x8_maze \
+      --out=experiments/results/learning_v5_rebuild/recipe_batch8x8_maze --num_tasks=512 \
+      --min_seeds=3 --envs=maze
 
 (one sweep directory per recipe: paired_eval makes one row per environment of a sweep).
 `RECIPE` picks the recipe (default batch8x8), `RECIPE_ENVS` the environments (default maze),
