@@ -14,6 +14,10 @@ tasks), so a recipe's rows pair with theirs seed by seed:
              (maze: `progress_reward` x the drop in BFS distance to the goal, so an episode's
              shaping sums to PROGRESS x (start distance - end distance) and the optimal policy
              is unchanged, Ng et al. 1999); success, which the tables report, is still the goal
+  minibatch4 each step's batch split into 4 minibatches, one pass: four clipped PPO updates per
+             batch for the compute of one pass over it (verl's default shape, a PPO mini-batch
+             a quarter of the rollout batch), so the budget buys about four times the updates
+             from the same episodes; the ratio clip bounds how far the later three move
 
   RECIPE=batch8x8 RECIPE_ENVS=maze python scripts/sweep.py experiments/learning_recipes.py \
       --out=runs/sweeps/learning_v5_rebuild_recipe_batch8x8_maze --workers=1 --devices=1
@@ -38,7 +42,7 @@ _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "lear
 BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v5")
 TEMPERATURE = 1.0
 PROGRESS = 0.05
-ENVS = ("maze", "sokoban", "frozen_lake", "countdown")
+ENVS = ("maze", "sokoban", "frozen_lake", "countdown", "search_qa")
 # At 64 episodes a step the step caps of the learning studies would end runs before the clock.
 SMALL_BATCH_STEPS = 2000
 
@@ -47,9 +51,11 @@ def recipe(name: str, env: str) -> tuple[dict, int | None, int | None]:
     """(overrides, step cap or None, in-run evaluation interval or None) of recipe `name`."""
     if name == "batch8x8":
         return {"rollout.num_tasks": 8, "rollout.group_size": 8}, SMALL_BATCH_STEPS, 60
+    if name == "minibatch4":
+        return {"train.minibatches": 4}, None, None
     if name == "progress":
         return {f"env.{env}.progress_reward": PROGRESS}, None, None
-    raise ValueError(f"RECIPE={name!r}; allowed: ['batch8x8', 'progress']")
+    raise ValueError(f"RECIPE={name!r}; allowed: ['batch8x8', 'minibatch4', 'progress']")
 
 
 def get_sweep():

@@ -545,7 +545,7 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
     assert len(planned) == 4 * 5 and {c.env.name for _, c in planned} == {"frozen_lake"}
 
 
-@pytest.mark.parametrize("recipe", ["batch8x8", "progress"])
+@pytest.mark.parametrize("recipe", ["batch8x8", "minibatch4", "progress"])
 def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_env):
     clean_env.setenv("RECIPE", recipe)
     _, _, planned = _plan("learning_recipes")
@@ -560,6 +560,7 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_
             "train.num_steps",
             "train.eval_every",
         },
+        "minibatch4": {"train.minibatches"},
         "progress": {"env.maze.progress_reward"},
     }[recipe]
     for _, c in planned:
