@@ -22,6 +22,7 @@ SOURCES = (
     "learning_base_v5_t1",
     "learning_v5_rebuild/t1",
     "learning_v5_rebuild/t0.5",
+    "learning_v5_rebuild/recipe_batch8x8_maze",
 )
 NUMBERS = (
     "base_test",
