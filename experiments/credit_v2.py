@@ -23,15 +23,21 @@ committed lr_sweep.csv; table.md lists what differs, which must be the commit al
 
 Every run starts from the base policy (BASE_POLICY, default configs/base_policy.py's `CHECKPOINT`)
 with that environment's settings (configs/base_policy.py:<env>) and the learning studies'
-loss overrides (maze: per-episode aggregation, no entropy bonus; `experiments/learning_base_v3.py`).
+loss overrides (maze: per-episode aggregation, no entropy bonus; `experiments/learning_base_v3.py`);
+maze samples 8 tasks x 8 episodes a step (ROLLOUT), the batch with which GRPO learned it.
 The estimators that need a critic get a separate one whose decoder starts as a copy of the base
 policy's (`init.critic="policy"`) and whose value projection starts at zero.
 
 Design:
 - **A fixed number of updates per environment (STEPS), not a wall-clock budget.** The critic
   variants cost more per step (a second model), so a shared time budget would give them fewer
-  updates; every variant gets the same updates and episodes. STEPS is about what the 18-minute
-  GRPO runs of the learning studies made one at a time (sokoban about 145, maze about 62).
+  updates; every variant gets the same updates and episodes. Sokoban's 150 is about what its
+  18-minute GRPO runs from the rebuild of v5 made (164-184 steps; held-out greedy success rose
+  from 0.45 to 0.5-0.6 in the first 45-75 steps and slowly after). Maze's 480: at 16 tasks x 16
+  samples its 18-minute runs made about 62 updates and did not learn; at 8 x 8 they made
+  367-381 and gained +0.216 [+0.123, +0.300] with the in-run curves still rising at the end
+  (`experiments/results/learning_v5_rebuild/recipe_batch8x8_maze/`), so this study gives maze
+  about a third more updates than that.
 - **One run at a time** (`--workers=1`): two runs at once on two cores take twice as long each,
   and a maze run peaks at about 10.5 GB.
 - **Rollouts at temperature 1** (CREDIT_V2_TEMPERATURE changes it), a judgement from the first
@@ -40,9 +46,11 @@ Design:
   0.81-0.94 (`experiments/results/learning_base_v5/diagnosis.md`), and a group without variance
   gives every estimator here but the critics nothing to assign. At 1 the groups collapse too,
   later and less on the environments measured: frozen_lake 0.69-0.81 after step 40 (and it
-  learned as much as at 0.5), maze about a quarter (it did not learn, and was not run at 0.5;
-  `experiments/results/learning_base_v5_t1/`). Neither environment of this study has been
-  measured at either temperature from the rebuild.
+  learned as much as at 0.5), maze about a quarter (`experiments/results/learning_base_v5_t1/`).
+  From the rebuild, both environments of this study learned at 1 (sokoban +0.073 [+0.035,
+  +0.112], `experiments/results/learning_v5_rebuild/t1/`; maze at 8 x 8 above), with a
+  quarter to three eighths of maze's groups and a third of sokoban's without variance late in
+  the runs.
 - **Learning rates chosen on training success, once.** Stage 1 runs seed 0 at each of LRS;
   make_table keeps, per variant x environment, the rate with the best training success over the
   last quarter of the run (never a held-out number) and writes lr_sweep.csv. Stage 2 reads that
@@ -54,13 +62,12 @@ Design:
   evaluated on the same tasks (`train.eval_seed`), 256 in the curves, 1,024 at the end; runs are
   ordered seed by seed, so a stage cut short leaves complete pairs.
 
-Cost, one run at a time on a 2-core CPU, at the learning studies' pace (about 7 s a sokoban
-step and 17 s a maze step on the AVX2 machine they ran on; the critic variants more): 18-24
-minutes of training steps a run, plus ten in-run evaluations on 256 tasks (in the maze runs
-at temperature 1 a 128-task evaluation added 7-17 s to its step, so about 3-6 minutes a maze
-run) and the final one on 1,024. Stage 1: 6
-variants x 2 environments x 3 rates = 36 runs, at least 12 hours. Stage 2: 6 x 2 x 4 more
-seeds = 48 runs, at least 16 hours.
+Cost, one run at a time on the 2-core CPU, at the pace of the rebuild's GRPO runs with their
+in-run evaluations (about 6 s a sokoban step at 16 x 16, 2.9 s a maze step at 8 x 8): about 16
+minutes a sokoban run and 23 a maze run for grpo, rloo, gigpo and empg; the critic variants
+train and run a second model, which adds up to the policy's own cost (not yet measured at these
+sizes); plus the final evaluation on 1,024 tasks. Stage 1: 6 variants x 2 environments x 3
+rates = 36 runs, about 13-17 hours. Stage 2: 6 x 2 x 4 more seeds = 48 runs, about 17-23 hours.
 """
 
 import os
@@ -85,8 +92,9 @@ VARIANTS = {
 LRS = (1e-4, 3e-4, 1e-3)
 STAGES = ("lr", "seeds")
 SEEDS = 5  # stage 2
-STEPS = {"sokoban": 150, "maze": 60}
-EVAL_EVERY = {"sokoban": 15, "maze": 6}  # ten points per curve
+STEPS = {"sokoban": 150, "maze": 480}
+EVAL_EVERY = {"sokoban": 15, "maze": 48}  # ten points per curve
+ROLLOUT = {"maze": {"rollout.num_tasks": 8, "rollout.group_size": 8}}  # else the env's default
 EVAL_TASKS = 1024  # the final evaluation
 CURVE_TASKS = 256  # the in-run evaluations of the curves
 LR_FILE = os.path.join(_here, "results", "credit_v2", "lr_stage", results.LR_SWEEP_NAME)
@@ -104,6 +112,7 @@ def shared(env: str) -> dict:
         "train.eval_ood": False,
         "log.collapse_metrics": True,
         "rollout.temperature": TEMPERATURE,
+        **ROLLOUT.get(env, {}),
         **_v3.OVERRIDES.get(env, {}),
     }
 

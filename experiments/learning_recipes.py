@@ -26,12 +26,16 @@ tasks), so a recipe's rows pair with theirs seed by seed:
       --min_seeds=3 --envs=maze
 
 (one sweep directory per recipe: paired_eval makes one row per environment of a sweep).
-`RECIPE` picks the recipe (default batch8x8), `RECIPE_ENVS` the environments (default maze),
+`RECIPE` picks the recipe (default batch8x8); a suffix `_tT` (for example `batch8x8_t0.5`)
+samples at temperature T instead of 1, so the recipe's rows pair with the v5 runs at that
+temperature (`experiments/learning_base_v5.py`, `V5_TEMPERATURE=T`) and differ from them in the
+recipe's setting alone. `RECIPE_ENVS` picks the environments (default maze),
 `RECIPE_SEEDS` the seeds (default 3; 1 is a pilot, and more seeds later reuse its run).
 Cost: about 20 minutes a run, one at a time.
 """
 
 import os
+import re
 
 from rl4agents import config_utils
 
@@ -42,7 +46,7 @@ _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "lear
 BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v5")
 TEMPERATURE = 1.0
 PROGRESS = 0.05
-ENVS = ("maze", "sokoban", "frozen_lake", "countdown", "search_qa")
+ENVS = tuple(_learning.STEPS)
 # At 64 episodes a step the step caps of the learning studies would end runs before the clock.
 SMALL_BATCH_STEPS = 2000
 
@@ -58,8 +62,17 @@ def recipe(name: str, env: str) -> tuple[dict, int | None, int | None]:
     raise ValueError(f"RECIPE={name!r}; allowed: ['batch8x8', 'minibatch4', 'progress']")
 
 
+def parse(spec: str) -> tuple[str, float]:
+    """(recipe name, sampling temperature) of a `RECIPE` value: `NAME` or `NAME_tT`, T > 0."""
+    m = re.fullmatch(r"(.+?)(?:_t([0-9]*\.?[0-9]+))?", spec)
+    temperature = float(m.group(2)) if m.group(2) else TEMPERATURE
+    if temperature <= 0:
+        raise ValueError(f"RECIPE={spec!r}: temperature {temperature} must be > 0")
+    return m.group(1), temperature
+
+
 def get_sweep():
-    name = os.environ.get("RECIPE", "batch8x8")
+    name, temperature = parse(os.environ.get("RECIPE", "batch8x8"))
     seeds = int(os.environ.get("RECIPE_SEEDS", "3"))
     envs = [e for e in os.environ.get("RECIPE_ENVS", "maze").split(",") if e]
     unknown = sorted(set(envs) - set(ENVS))
@@ -78,7 +91,7 @@ def get_sweep():
             overrides={
                 **_v3.OVERRIDES.get(env, {}),
                 "init.params": BASE_POLICY,
-                "rollout.temperature": TEMPERATURE,
+                "rollout.temperature": temperature,
                 **overrides,
             },
         )

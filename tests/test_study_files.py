@@ -399,6 +399,9 @@ def test_credit_v2__stage_one_every_rate_at_a_fixed_number_of_steps(clean_env):
         assert (c.train.num_steps, c.train.max_minutes) == (module.STEPS[c.env.name], 0.0)
         assert c.rollout.temperature == 1.0
         assert (c.loss.ppo_clip.agg == "seq-mean-token-mean") == (c.env.name == "maze")
+        # maze at the 8 x 8 batch with which GRPO learned it; sokoban at its default
+        batch = (c.rollout.num_tasks, c.rollout.group_size)
+        assert batch == ((8, 8) if c.env.name == "maze" else (16, 16)), (c.env.name, batch)
         critic = c.credit.name in ("ppo_gae", "turn_gae")
         assert (c.model.value_head == "separate") == critic, c.credit.name
         assert (c.init.critic == "policy") == critic
@@ -572,4 +575,31 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_
     assert [(c.env.name, c.seed) for _, c in planned] == [("frozen_lake", 0)]
     clean_env.setenv("RECIPE", "bigger")
     with pytest.raises(ValueError, match="RECIPE='bigger'; allowed"):
+        _plan("learning_recipes")
+
+
+def test_learning_recipes__a_temperature_suffix_pairs_with_the_v5_runs_at_that_temperature(
+    clean_env,
+):
+    clean_env.setenv("RECIPE", "batch8x8_t0.5")
+    clean_env.setenv("RECIPE_ENVS", "search_qa,wordle")
+    _, _, planned = _plan("learning_recipes")
+    clean_env.setenv("V5_TEMPERATURE", "0.5")
+    clean_env.setenv("V5_ENVS", "search_qa,wordle")
+    _, _, v5 = _plan("learning_base_v5")
+    v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
+    assert sorted((c.env.name, c.seed) for _, c in planned) == sorted(v5)
+    for _, c in planned:
+        assert c.rollout.temperature == 0.5
+        diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
+        # the in-run evaluation interval differs only where v5's is not already 60 steps
+        assert {"rollout.num_tasks", "rollout.group_size", "train.num_steps"} <= diff, diff
+        assert diff <= {
+            "rollout.num_tasks",
+            "rollout.group_size",
+            "train.num_steps",
+            "train.eval_every",
+        }, diff
+    clean_env.setenv("RECIPE", "batch8x8_t0")
+    with pytest.raises(ValueError, match="temperature 0.0 must be > 0"):
         _plan("learning_recipes")
