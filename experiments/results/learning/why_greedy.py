@@ -23,6 +23,8 @@ SOURCES = (
     "learning_v5_rebuild/t1",
     "learning_v5_rebuild/t0.5",
     "learning_v5_rebuild/recipe_batch8x8_maze",
+    "learning_v5_rebuild/pilot_batch8x8_countdown",
+    "learning_v5_rebuild/pilot_batch8x8_t0.5_search_qa",
 )
 NUMBERS = (
     "base_test",
