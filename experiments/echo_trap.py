@@ -15,17 +15,25 @@ or prevent it. Four variants from base policy v5, side by side:
       --baseline=grpo --strip='^[a-z_]+,' \
       --curve_key=eval_test/greedy_success,train/zero_std_groups,train/entropy,train/mi/gap
 
-Why these settings: from base v5 at rollout temperature 0.5 the learning study's GRPO runs
-(`experiments/learning_base_v5.py`, results in `experiments/results/learning_base_v5/`) fell
-into the trap within about 40 steps: on countdown the median share of groups whose samples all
-got the same reward was 0.81-0.94 after step 40 and entropy per action token fell from 0.33 to
-0.07-0.09, while held-out greedy success went down. Every run here takes those runs' settings
-(each environment's overrides of `experiments/learning_base_v3.py`, temperature 0.5, the same
-in-run evaluations), with three changes shared by all four variants, the baseline included:
+Why these settings: each environment starts from the GRPO run of base v5 (its rebuild,
+`runs/base_policy_v5`) in which the trap was seen, with that run's settings (each environment's
+overrides of `experiments/learning_base_v3.py`, its batch, temperature and in-run evaluation,
+SETTINGS):
+- countdown: the one-seed pilot of `experiments/learning_recipes.py` with `RECIPE=batch8x8`
+  (8 tasks x 8 samples a step, temperature 1; `experiments/results/learning_v5_rebuild/`,
+  `pilot_batch8x8_countdown/`). The share of groups whose samples all got the same reward rose
+  from about half over the first 60 steps to 0.88 by steps 120-180 and 0.93-0.96 after step
+  600; entropy per action token fell from 0.83 to 0.15 by step 150; batch success stopped at
+  about 0.3 by step 100, and held-out greedy success peaked at step 60 and fell below the base's
+  from step 420 on (-0.039 [-0.076, -0.002] at the end, 944 steps);
+- frozen_lake: the v5 learning study at temperature 0.5 (`experiments/learning_base_v5.py`),
+  where from the first build of v5 0.69-0.81 of the groups had no variance after step 40.
+Three changes are shared by all four variants, the baseline included:
 - a fixed number of steps (STEPS) instead of the 18-minute wall-clock budget: the variants do
   not cost the same per step (the critic adds a model), and the trap is a function of updates,
-  so every variant gets the same updates. STEPS is three to four times the steps after which
-  the learning runs had collapsed;
+  so every variant gets the same updates. STEPS covers the pilot's collapse and the fall of its
+  greedy success on countdown, and three to four times the steps after which frozen_lake's
+  groups had emptied;
 - `train.minibatches = 4`: each batch is split into four sequential updates. With one update per
   batch the ratio is exactly 1 when the loss is taken, so a clip (0.2 or 0.28) never acts and
   clip-higher would be GRPO itself; from the second minibatch on the ratio leaves 1.
@@ -42,9 +50,10 @@ environment, so make_table's differences against grpo are paired by seed and tas
 showed), `ECHO_SEEDS` the number of seeds (default 3), `BASE_POLICY` the start.
 Runs are ordered seed by seed, so an interrupted study has complete pairs.
 
-Cost, one run at a time on the 2-core CPU: 4 variants x 3 seeds x 15-25 minutes (the learning
-runs took about 7 s a countdown step and 5.5 s a frozen_lake step; the minibatches and the proxy
-add to that, the critic more) = about 4 hours per environment.
+Cost, one run at a time on the 2-core CPU, estimated from the runs the settings come from
+(countdown's pilot 1.1 s a step, frozen_lake's learning runs about 5.5 s; the proxy's extra pass
+adds to that, the critic more): countdown 4 variants x 3 seeds x 12-20 minutes = about 3 hours,
+frozen_lake 4 x 3 x 15-25 minutes = about 4 hours.
 """
 
 import dataclasses
@@ -59,10 +68,19 @@ _full = config_utils.load_module(os.path.join(_here, "learning_full_budget.py"),
 _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
 BASE_POLICY = os.environ.get("BASE_POLICY", base_policy.CHECKPOINT)
 ENVS = ("countdown", "frozen_lake")
-TEMPERATURE = 0.5
+# env -> the settings of the run in which the trap was seen, on top of the learning study's
+SETTINGS = {
+    "countdown": {
+        "rollout.temperature": 1.0,
+        "rollout.num_tasks": 8,
+        "rollout.group_size": 8,
+        "train.eval_every": 40,
+    },
+    "frozen_lake": {"rollout.temperature": 0.5},
+}
 MINIBATCHES = 4
 FINAL_TASKS = 512
-STEPS = {"countdown": 120, "frozen_lake": 150}
+STEPS = {"countdown": 480, "frozen_lake": 150}
 # The analysis command's arguments (module docstring).
 BASELINE = "grpo"
 STRIP = "^[a-z_]+,"
@@ -80,13 +98,13 @@ VARIANTS = {
 
 
 def shared(env: str) -> dict:
-    """The overrides every variant of `env` shares: the v5 learning study's at temperature
-    0.5, plus MINIBATCHES, the collapse metrics and the final evaluation's size. The step
-    budget is set in `get_sweep` over the learning study's."""
+    """The overrides every variant of `env` shares: the learning study's and SETTINGS[env],
+    plus MINIBATCHES, the collapse metrics and the final evaluation's size. The step budget is
+    set in `get_sweep` over the learning study's."""
     return {
         **_v3.OVERRIDES.get(env, {}),
         "init.params": BASE_POLICY,
-        "rollout.temperature": TEMPERATURE,
+        **SETTINGS[env],
         "train.minibatches": MINIBATCHES,
         "train.final_eval_tasks": FINAL_TASKS,
         "log.collapse_metrics": True,

@@ -506,14 +506,22 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
     clean_env,
 ):
     study, module, planned = _plan("echo_trap")
+    # Where the trap was seen: frozen_lake in the v5 learning study at temperature 0.5,
+    # countdown in the 8 x 8 recipe's pilot at temperature 1.
     _, _, v5 = _plan("learning_base_v5")
-    v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
+    clean_env.setenv("RECIPE_ENVS", "countdown")
+    _, _, pilot = _plan("learning_recipes")
+    start = {(c.env.name, c.seed): c.to_dict() for _, c in v5 if c.env.name != "countdown"}
+    start |= {(c.env.name, c.seed): c.to_dict() for _, c in pilot}
     runs = collections.defaultdict(dict)
     labels = _labels(study, module.STRIP)
     for (_, c), label in zip(planned, labels, strict=True):
         runs[(c.env.name, c.seed)][label] = c
         assert c.train.minibatches == 4 and c.log.collapse_metrics and c.log.mi_proxy
-        assert (c.rollout.temperature, c.train.final_eval_tasks) == (0.5, 512)
+        countdown = c.env.name == "countdown"
+        assert c.rollout.temperature == (1.0 if countdown else 0.5)
+        assert (c.rollout.num_tasks, c.rollout.group_size) == ((8, 8) if countdown else (16, 16))
+        assert c.train.final_eval_tasks == 512
         assert (c.train.num_steps, c.train.max_minutes) == (module.STEPS[c.env.name], 0.0)
     assert {env for env, _ in runs} == {"countdown", "frozen_lake"}
     assert all(len(variants) == 4 for variants in runs.values()), runs.keys()
@@ -526,8 +534,9 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
     }
     for (env, seed), variants in runs.items():
         grpo = variants["grpo"].to_dict()
-        # The baseline is the v5 learning study's run of the same seed with the shared changes.
-        diff = {d.split(":")[0] for d in sweep.config_diff(v5[(env, seed)], grpo)}
+        # The baseline is the trap run's seed with the shared changes (and countdown's in-run
+        # evaluation every 40 steps instead of the pilot's 60).
+        diff = {d.split(":")[0] for d in sweep.config_diff(start[(env, seed)], grpo)}
         assert diff == {
             "train.num_steps",
             "train.max_minutes",
@@ -535,7 +544,7 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
             "train.final_eval_tasks",
             "log.collapse_metrics",
             "log.mi_proxy",
-        }, diff
+        } | ({"train.eval_every"} if env == "countdown" else set()), diff
         for label, c in variants.items():
             if label == "grpo":
                 continue
