@@ -18,6 +18,14 @@ tasks), so a recipe's rows pair with theirs seed by seed:
              batch for the compute of one pass over it (verl's default shape, a PPO mini-batch
              a quarter of the rollout batch), so the budget buys about four times the updates
              from the same episodes; the ratio clip bounds how far the later three move
+  seqmean    the loss averaged over each episode's tokens, then over episodes
+             (`loss.ppo_clip.agg=seq-mean-token-mean`) instead of over all the batch's tokens
+             (`token-mean`). Under token-mean an episode weighs as many tokens as it has, so
+             where failures run longer than successes the zero-sum group advantages become a
+             net push down on the actions that make episodes long (searching, browsing); the
+             runs that shortened their episodes while losing greedy success (search_qa 3.1-3.3
+             -> 2.5-2.7 turns, web_shop 6.1-6.4 -> 5.2-5.4) are the ones to test. Maze's
+             settings already aggregate per episode, so this recipe refuses maze
 
   RECIPE=batch8x8 RECIPE_ENVS=maze python scripts/sweep.py experiments/learning_recipes.py \
       --out=runs/sweeps/learning_v5_rebuild_recipe_batch8x8_maze --workers=1 --devices=1
@@ -47,6 +55,7 @@ BASE_POLICY = os.environ.get("BASE_POLICY", "runs/base_policy_v5")
 TEMPERATURE = 1.0
 PROGRESS = 0.05
 ENVS = tuple(_learning.STEPS)
+RECIPES = ("batch8x8", "minibatch4", "progress", "seqmean")
 # At 64 episodes a step the step caps of the learning studies would end runs before the clock.
 SMALL_BATCH_STEPS = 2000
 
@@ -59,7 +68,9 @@ def recipe(name: str, env: str) -> tuple[dict, int | None, int | None]:
         return {"train.minibatches": 4}, None, None
     if name == "progress":
         return {f"env.{env}.progress_reward": PROGRESS}, None, None
-    raise ValueError(f"RECIPE={name!r}; allowed: ['batch8x8', 'minibatch4', 'progress']")
+    if name == "seqmean":
+        return {"loss.ppo_clip.agg": "seq-mean-token-mean"}, None, None
+    raise ValueError(f"RECIPE={name!r}; allowed: {list(RECIPES)}")
 
 
 def parse(spec: str) -> tuple[str, float]:
@@ -81,6 +92,11 @@ def get_sweep():
     points = []
     for env in envs:
         overrides, steps, eval_every = recipe(name, env)
+        same = {k: v for k, v in overrides.items() if _v3.OVERRIDES.get(env, {}).get(k) == v}
+        if same:
+            raise ValueError(
+                f"RECIPE={name!r} changes nothing on {env}: its settings already have {same}"
+            )
         points += _learning.env_sweep(
             env,
             steps or _learning.STEPS[env],

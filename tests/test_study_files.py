@@ -557,14 +557,20 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
     assert len(planned) == 4 * 5 and {c.env.name for _, c in planned} == {"frozen_lake"}
 
 
-@pytest.mark.parametrize("recipe", ["batch8x8", "minibatch4", "progress"])
-def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_env):
+@pytest.mark.parametrize(
+    "recipe,env",
+    [("batch8x8", None), ("minibatch4", None), ("progress", None), ("seqmean", "web_shop")],
+)
+def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, clean_env):
     clean_env.setenv("RECIPE", recipe)
+    if env:
+        clean_env.setenv("RECIPE_ENVS", env)
     _, _, planned = _plan("learning_recipes")
     clean_env.setenv("V5_TEMPERATURE", "1")
     _, _, v5 = _plan("learning_base_v5")
     v5 = {(c.env.name, c.seed): c.to_dict() for _, c in v5}
-    assert {(c.env.name, c.seed) for _, c in planned} == {("maze", s) for s in range(3)}
+    env = env or "maze"  # the default of RECIPE_ENVS
+    assert {(c.env.name, c.seed) for _, c in planned} == {(env, s) for s in range(3)}
     expected = {
         "batch8x8": {
             "rollout.num_tasks",
@@ -574,6 +580,7 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_
         },
         "minibatch4": {"train.minibatches"},
         "progress": {"env.maze.progress_reward"},
+        "seqmean": {"loss.ppo_clip.agg"},
     }[recipe]
     for _, c in planned:
         diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
@@ -584,6 +591,12 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, clean_
     assert [(c.env.name, c.seed) for _, c in planned] == [("frozen_lake", 0)]
     clean_env.setenv("RECIPE", "bigger")
     with pytest.raises(ValueError, match="RECIPE='bigger'; allowed"):
+        _plan("learning_recipes")
+
+
+def test_learning_recipes__a_recipe_that_changes_nothing_is_refused(clean_env):
+    clean_env.setenv("RECIPE", "seqmean")  # maze's settings already aggregate per episode
+    with pytest.raises(ValueError, match="RECIPE='seqmean' changes nothing on maze"):
         _plan("learning_recipes")
 
 
