@@ -559,7 +559,13 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
 
 @pytest.mark.parametrize(
     "recipe,env",
-    [("batch8x8", None), ("minibatch4", None), ("progress", None), ("seqmean", "web_shop")],
+    [
+        ("batch8x8", None),
+        ("minibatch4", None),
+        ("progress", None),
+        ("seqmean", "web_shop"),
+        ("nopenalty", None),
+    ],
 )
 def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, clean_env):
     clean_env.setenv("RECIPE", recipe)
@@ -581,6 +587,7 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
         "minibatch4": {"train.minibatches"},
         "progress": {"env.maze.progress_reward"},
         "seqmean": {"loss.ppo_clip.agg"},
+        "nopenalty": {"env.maze.invalid_penalty"},
     }[recipe]
     for _, c in planned:
         diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
@@ -597,6 +604,10 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
 def test_learning_recipes__a_recipe_that_changes_nothing_is_refused(clean_env):
     clean_env.setenv("RECIPE", "seqmean")  # maze's settings already aggregate per episode
     with pytest.raises(ValueError, match="RECIPE='seqmean' changes nothing on maze"):
+        _plan("learning_recipes")
+    clean_env.setenv("RECIPE", "nopenalty")  # countdown's settings already have no penalty
+    clean_env.setenv("RECIPE_ENVS", "wordle,countdown")
+    with pytest.raises(ValueError, match="RECIPE='nopenalty' changes nothing on countdown"):
         _plan("learning_recipes")
 
 
