@@ -25,6 +25,7 @@ SOURCES = (
     "learning_v5_rebuild/recipe_batch8x8_maze",
     "learning_v5_rebuild/pilot_batch8x8_countdown",
     "learning_v5_rebuild/pilot_batch8x8_t0.5_search_qa",
+    "learning_v5_rebuild/pilot_t0.5_wordle",
 )
 NUMBERS = (
     "base_test",
