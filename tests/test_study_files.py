@@ -565,6 +565,7 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
         ("progress", None),
         ("seqmean", "web_shop"),
         ("nopenalty", None),
+        ("sparse", "wordle"),
     ],
 )
 def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, clean_env):
@@ -588,6 +589,7 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
         "progress": {"env.maze.progress_reward"},
         "seqmean": {"loss.ppo_clip.agg"},
         "nopenalty": {"env.maze.invalid_penalty"},
+        "sparse": {"env.wordle.invalid_penalty", "loss.entropy_coef"},
     }[recipe]
     for _, c in planned:
         diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
