@@ -26,6 +26,7 @@ SOURCES = (
     "learning_v5_rebuild/pilot_batch8x8_countdown",
     "learning_v5_rebuild/pilot_batch8x8_t0.5_search_qa",
     "learning_v5_rebuild/pilot_t0.5_wordle",
+    "learning_v5_rebuild/pilot_sparse_t0.5_wordle",
 )
 NUMBERS = (
     "base_test",
