@@ -29,8 +29,8 @@ tasks), so a recipe's rows pair with theirs seed by seed:
   nopenalty  no penalty for an invalid turn (`env.<env>.invalid_penalty=0`): the reward is the
              task's alone. Where most sampled turns are invalid and success is rare, the
              penalty outweighs the success signal and GRPO learns validity first (wordle at
-             temperature 0.5: reward -0.28 a batch at the start, 0.34 invalid turns for 0.06
-             successes); countdown's and terminal's settings already have no penalty
+             temperature 0.5, first ten steps: 0.54 of the turns invalid, 0.075 successes, a
+             mean reward of -0.23); countdown's and terminal's settings already have no penalty
   sparse     no invalid-turn penalty and no entropy bonus (`loss.entropy_coef=0`): the reward
              is the task's success alone and nothing else moves the policy, the settings
              countdown and terminal have. Without the penalty alone wordle's groups were
@@ -110,7 +110,8 @@ def get_sweep():
         same = {k: v for k, v in overrides.items() if _v3.OVERRIDES.get(env, {}).get(k) == v}
         if same:
             raise ValueError(
-                f"RECIPE={name!r} changes nothing on {env}: its settings already have {same}"
+                f"RECIPE={name!r} would not change {sorted(same)} on {env}: its settings "
+                f"already have {same}; allowed: a recipe that changes each of its settings"
             )
         points += _learning.env_sweep(
             env,
