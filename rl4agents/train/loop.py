@@ -93,7 +93,7 @@ def run(
     Args:
       config: a full config (see configs/base.py).
       workdir: run directory: checkpoints/, metrics.jsonl, tb/, curves.png, summary.json,
-        provenance.json.
+        provenance.json, usage.json (the CPU time and peak memory of every process so far).
       stop_after: stop (with a checkpoint) after this many steps in this call; for tests of
         interruption and resume.
       mesh: optional mesh overriding config.mesh.
@@ -107,6 +107,7 @@ def run(
       ValueError: an invalid config, or one whose estimated memory per device exceeds the
         device memory (`memory.check_fits`), before anything is allocated.
     """
+    cpu0 = time.process_time()
     exp = experiment_lib.build(config, mesh=mesh)  # checks the memory estimate too
     c = exp.config
     main = distributed.is_main()
@@ -145,6 +146,8 @@ def run(
     except BaseException:  # Orbax's threads otherwise outlive the error message
         _close(ckpt, exp)
         raise
+    # What the run's earlier processes used: the count goes on from there.
+    usage = Usage(workdir, cpu0, *(_prior_usage(workdir) if start else (0.0, 0.0)), main)
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
     wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=init_wall)
@@ -211,6 +214,7 @@ def run(
                     break
                 step += 1
                 known.clear()
+                usage.write()
                 if step % c.log.every == 0 or step == num_steps:
                     writer.write(step, metrics, prefix="train", wall_time=wall)
                 bar.update(1)
@@ -272,6 +276,7 @@ def run(
             quiet=quiet,
             status=status,
             known=known,
+            usage=usage,
         )
     except KeyboardInterrupt:  # in the final evaluation; the checkpoint is saved
         if not quiet:
@@ -379,6 +384,49 @@ def _close(ckpt, exp) -> None:
         exp.close()
 
 
+USAGE_NAME = "usage.json"
+
+
+class Usage:
+    """The run's CPU time and peak memory over every process that trained or evaluated it.
+
+    A resumed run is several processes; summary.json's `process_cpu_s` (CPU seconds, user +
+    system, every thread, since `run` was called) and `peak_rss_gb` (the largest resident
+    memory of any of them) count all of them, so a study's CPU-hours do not depend on where it
+    was stopped. Process 0 rewrites workdir/usage.json after every step, so a process killed
+    without notice loses at most one step's count; work redone after a resume counts again,
+    as it was spent again.
+    """
+
+    def __init__(self, workdir: str, cpu0: float, cpu_s: float, peak_gb: float, main: bool):
+        self.path = os.path.join(workdir, USAGE_NAME)
+        self.cpu0, self.prior_cpu_s, self.prior_peak_gb, self.main = cpu0, cpu_s, peak_gb, main
+
+    def write(self) -> tuple[float, float]:
+        """(CPU seconds, peak GiB) so far, also written to usage.json by process 0."""
+        cpu = round(self.prior_cpu_s + time.process_time() - self.cpu0, 1)
+        # Linux reports ru_maxrss in KiB.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        peak = round(max(self.prior_peak_gb, peak), 3)
+        if self.main:
+            writers.write_text(self.path, json.dumps({"cpu_s": cpu, "peak_rss_gb": peak}) + "\n")
+        return cpu, peak
+
+
+def _prior_usage(workdir: str) -> tuple[float, float]:
+    """(CPU seconds, peak GiB) of a resumed run's earlier processes: usage.json, or for a run
+    written before it existed its summary.json (its last process alone), else zeros."""
+    for name, cpu_key in ((USAGE_NAME, "cpu_s"), ("summary.json", "process_cpu_s")):
+        try:
+            with open(os.path.join(workdir, name)) as f:
+                row = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(row, dict):
+            return float(row.get(cpu_key) or 0.0), float(row.get("peak_rss_gb") or 0.0)
+    return 0.0, 0.0
+
+
 def _finished_summary(workdir: str, start: int | None) -> dict | None:
     """The workdir's summary.json if it records this run finished at its last checkpoint
     `start` (a rerun of a finished run: its config unchanged, so neither `train.num_steps`
@@ -479,18 +527,17 @@ def _update_milestones(ms: dict, success: float, step: int, wall: float) -> None
             ms[key] = {"step": step, "wall_s": round(wall, 1)}
 
 
-def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, quiet, status, known):
+def _summarize(
+    exp, state, workdir, step, wall, milestones, compile_s, final, quiet, status, known, usage
+):
     """Writes summary.json (and curves.png) from process 0 and returns the summary; `final`:
     evaluates every split first (`known`: evaluations of `state` already done, by split)."""
     c = exp.config
     summary: dict[str, Any] = {
         "steps": int(step),
         "wall_s": round(wall, 1),
-        # CPU seconds (user + system, every thread) of the process that wrote this summary:
-        # what a study's CPU-hours add up (a resumed run counts its last process only).
-        "process_cpu_s": round(time.process_time(), 1),
-        # Peak resident memory of that process so far (Linux reports ru_maxrss in KiB).
-        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+        "process_cpu_s": None,  # set below, after the final evaluation (`Usage`)
+        "peak_rss_gb": None,
         "first_step_s": None if compile_s is None else round(compile_s, 2),
         "milestones": milestones,
         "finished": bool(final),
@@ -519,6 +566,7 @@ def _summarize(exp, state, workdir, step, wall, milestones, compile_s, final, qu
                     },
                 }
             )
+    summary["process_cpu_s"], summary["peak_rss_gb"] = usage.write()
     if not distributed.is_main():  # evaluated above with everyone; files come from process 0
         summary["checkpoints"] = os.path.join(workdir, "checkpoints")
         return summary

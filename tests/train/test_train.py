@@ -144,6 +144,30 @@ def test_loop__interrupted_and_resumed_equals_uninterrupted(tmp_path, full_run):
     assert os.path.exists(full / "curves.png") and os.path.exists(full / "tb")
 
 
+def test_loop__cpu_time_and_peak_memory_count_every_process_of_a_resumed_run(tmp_path, full_run):
+    # A resumed run's summary adds its earlier processes' CPU time (usage.json, rewritten
+    # every step) to its own; a fresh run ignores a stale usage.json in its workdir.
+    workdir = tmp_path / "run"
+    shutil.copytree(full_run, workdir)
+    shutil.rmtree(workdir / "checkpoints" / "4")  # resumes at step 2
+    earlier = {"cpu_s": 5000.0, "peak_rss_gb": 99.0}  # as if an earlier process had used them
+    (workdir / loop.USAGE_NAME).write_text(json.dumps(earlier))
+    before = time.process_time()
+    summary = loop.run(loop_config(), str(workdir), quiet=True)
+    spent = time.process_time() - before
+    assert summary["finished"] and summary["steps"] == 4
+    assert 5000.0 < summary["process_cpu_s"] <= 5000.0 + spent + 0.1
+    assert summary["peak_rss_gb"] == 99.0
+    usage = json.loads((workdir / loop.USAGE_NAME).read_text())
+    assert usage == {"cpu_s": summary["process_cpu_s"], "peak_rss_gb": 99.0}
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / loop.USAGE_NAME).write_text(json.dumps(earlier))
+    summary = loop.run(loop_config(**{"train.num_steps": 1}), str(fresh), quiet=True)
+    assert 0 < summary["process_cpu_s"] < 5000.0 and summary["peak_rss_gb"] < 99.0
+
+
 def test_loop__killed_after_last_checkpoint_finishes_on_resume(tmp_path, full_run):
     workdir = tmp_path / "run"
     shutil.copytree(full_run, workdir)
