@@ -31,6 +31,7 @@ SOURCES = (
     "learning_v5_rebuild/pilot_seqmean_web_shop",
     "learning_v5_rebuild/pilot_lr1e-4_web_shop",
     "learning_v5_rebuild/recipe_lr1e-4+bonus_web_shop",
+    "learning_v5_rebuild/pilot_progress_household",
 )
 NUMBERS = (
     "base_test",
