@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import signal
 import time
 from typing import Any
@@ -147,7 +146,7 @@ def run(
         _close(ckpt, exp)
         raise
     # What the run's earlier processes used: the count goes on from there.
-    usage = Usage(workdir, cpu0, *(_prior_usage(workdir) if start else (0.0, 0.0)), main)
+    usage = writers.Usage(workdir, cpu0, resumed=bool(start), main=main)
     metrics_path = os.path.join(workdir, writers.METRICS_NAME)
     previous = [r for r in writers.read_metrics(metrics_path) if r.get("step", 0) <= start]
     wall_offset = max([r.get("wall_time", 0.0) for r in previous], default=init_wall)
@@ -384,49 +383,6 @@ def _close(ckpt, exp) -> None:
         exp.close()
 
 
-USAGE_NAME = "usage.json"
-
-
-class Usage:
-    """The run's CPU time and peak memory over every process that trained or evaluated it.
-
-    A resumed run is several processes; summary.json's `process_cpu_s` (CPU seconds, user +
-    system, every thread, since `run` was called) and `peak_rss_gb` (the largest resident
-    memory of any of them) count all of them, so a study's CPU-hours do not depend on where it
-    was stopped. Process 0 rewrites workdir/usage.json after every step, so a process killed
-    without notice loses at most one step's count; work redone after a resume counts again,
-    as it was spent again.
-    """
-
-    def __init__(self, workdir: str, cpu0: float, cpu_s: float, peak_gb: float, main: bool):
-        self.path = os.path.join(workdir, USAGE_NAME)
-        self.cpu0, self.prior_cpu_s, self.prior_peak_gb, self.main = cpu0, cpu_s, peak_gb, main
-
-    def write(self) -> tuple[float, float]:
-        """(CPU seconds, peak GiB) so far, also written to usage.json by process 0."""
-        cpu = round(self.prior_cpu_s + time.process_time() - self.cpu0, 1)
-        # Linux reports ru_maxrss in KiB.
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        peak = round(max(self.prior_peak_gb, peak), 3)
-        if self.main:
-            writers.write_text(self.path, json.dumps({"cpu_s": cpu, "peak_rss_gb": peak}) + "\n")
-        return cpu, peak
-
-
-def _prior_usage(workdir: str) -> tuple[float, float]:
-    """(CPU seconds, peak GiB) of a resumed run's earlier processes: usage.json, or for a run
-    written before it existed its summary.json (its last process alone), else zeros."""
-    for name, cpu_key in ((USAGE_NAME, "cpu_s"), ("summary.json", "process_cpu_s")):
-        try:
-            with open(os.path.join(workdir, name)) as f:
-                row = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(row, dict):
-            return float(row.get(cpu_key) or 0.0), float(row.get("peak_rss_gb") or 0.0)
-    return 0.0, 0.0
-
-
 def _finished_summary(workdir: str, start: int | None) -> dict | None:
     """The workdir's summary.json if it records this run finished at its last checkpoint
     `start` (a rerun of a finished run: its config unchanged, so neither `train.num_steps`
@@ -536,7 +492,7 @@ def _summarize(
     summary: dict[str, Any] = {
         "steps": int(step),
         "wall_s": round(wall, 1),
-        "process_cpu_s": None,  # set below, after the final evaluation (`Usage`)
+        "process_cpu_s": None,  # set below, after the final evaluation (`writers.Usage`)
         "peak_rss_gb": None,
         "first_step_s": None if compile_s is None else round(compile_s, 2),
         "milestones": milestones,

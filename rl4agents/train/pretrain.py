@@ -470,6 +470,7 @@ def run(
         if done is not None and checkpoint_lib.saved_steps(ckpt_dir)[-1] == p.steps:
             log(f"already finished at step {p.steps}: {os.path.join(workdir, 'summary.json')}")
             return done
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     exps = {name: experiment_lib.build(env_configs[name]) for name in names}
     first = exps[names[0]]
@@ -525,6 +526,7 @@ def run(
             state = state.replace(params=params)
             log(f"parameters from {p.init}")
         resumed = start is not None
+        usage = writers.Usage(workdir, cpu0, resumed=resumed)
         start = start or 0
         t0 -= float(state.wall_s)  # the run's clock counts every invocation
         step_fn = sft.make_step(first.step_cfg.graphdef, optimizer, first.mesh)
@@ -584,6 +586,7 @@ def run(
                     row = _nll_row(window, schedule[row_start:step], names)
                     window, row_start = [], step
                     writer.write(step, row, prefix="pretrain", wall_time=time.perf_counter() - t0)
+                    usage.write()
                     log(
                         f"step {step}/{p.steps} {time.perf_counter() - t_train:.0f}s "
                         + json.dumps({k: round(v, 3) for k, v in row.items()})
@@ -648,6 +651,7 @@ def run(
         writer.write(step, evals[n]["test"], prefix=f"eval_test/{n}")
     writer.close()
     counts = np.bincount(schedule[:step], minlength=len(names))
+    cpu_s, peak_gb = usage.write()
     summary = {
         "envs": list(names),
         "model": config_utils.to_dict(config.model),
@@ -666,11 +670,11 @@ def run(
         "train_s": round(train_s, 1),  # every invocation's
         "eval_s": round(eval_s, 1),
         "wall_s": round(time.perf_counter() - t0, 1),  # every invocation's
-        "process_cpu_s": round(time.process_time(), 1),  # this process: user + system
+        "process_cpu_s": cpu_s,  # every invocation's: user + system (`writers.Usage`)
+        "peak_rss_gb": peak_gb,  # the largest of any invocation
         "params": os.path.join(workdir, sft.PARAMS_DIR),
     }
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    writers.write_text(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=2))
     return summary
 
 

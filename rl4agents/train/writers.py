@@ -16,6 +16,7 @@ import json
 import math
 import numbers
 import os
+import resource
 import shlex
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -168,6 +169,52 @@ class MetricWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+USAGE_NAME = "usage.json"
+
+
+class Usage:
+    """A run's CPU time and peak memory over every process that trained or evaluated it.
+
+    A resumed run is several processes; `write` counts all of them (CPU seconds, user + system,
+    every thread, since each process's `cpu0`; the largest resident memory of any of them), so
+    a study's CPU-hours do not depend on where it was stopped. The run rewrites
+    workdir/usage.json as it goes (every step), so a process killed without notice loses at
+    most the count since its last write; work redone after a resume counts again, as it was
+    spent again. A run written before usage.json existed resumes from its summary.json's count
+    (its last process alone).
+    """
+
+    def __init__(self, workdir: str, cpu0: float, *, resumed: bool, main: bool = True):
+        """`cpu0`: `time.process_time()` when this process's part of the run began;
+        `resumed`: the run goes on from a checkpoint (else an old usage.json is ignored);
+        `main`: this process writes the file (process 0)."""
+        self.path = os.path.join(workdir, USAGE_NAME)
+        self.cpu0, self.main = cpu0, main
+        self.prior_cpu_s, self.prior_peak_gb = _prior_usage(workdir) if resumed else (0.0, 0.0)
+
+    def write(self) -> tuple[float, float]:
+        """(CPU seconds, peak GiB) so far, also written to usage.json by the main process."""
+        cpu = round(self.prior_cpu_s + time.process_time() - self.cpu0, 1)
+        # Linux reports ru_maxrss in KiB.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        peak = round(max(self.prior_peak_gb, peak), 3)
+        if self.main:
+            write_text(self.path, json.dumps({"cpu_s": cpu, "peak_rss_gb": peak}) + "\n")
+        return cpu, peak
+
+
+def _prior_usage(workdir: str) -> tuple[float, float]:
+    for name, cpu_key in ((USAGE_NAME, "cpu_s"), ("summary.json", "process_cpu_s")):
+        try:
+            with open(os.path.join(workdir, name)) as f:
+                row = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(row, dict):
+            return float(row.get(cpu_key) or 0.0), float(row.get("peak_rss_gb") or 0.0)
+    return 0.0, 0.0
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -249,6 +249,9 @@ def test_run__resumed_and_cut_runs_end_as_the_uninterrupted_one(uninterrupted, t
     done = _run(tmp_path)
     assert done["finished"] and done["start_step"] == 3 and done["steps"] == 6
     assert done["steps_per_env"] == full["steps_per_env"]
+    # CPU time and peak memory count every invocation (usage.json carries them on).
+    assert done["process_cpu_s"] > cut["process_cpu_s"] > 0
+    assert done["peak_rss_gb"] >= cut["peak_rss_gb"] > 0
     a, b = _params(full_dir), _params(tmp_path)
     assert len(jax.tree.leaves(a)) > 0
     jax.tree.map(np.testing.assert_array_equal, a, b)

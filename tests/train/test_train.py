@@ -151,19 +151,19 @@ def test_loop__cpu_time_and_peak_memory_count_every_process_of_a_resumed_run(tmp
     shutil.copytree(full_run, workdir)
     shutil.rmtree(workdir / "checkpoints" / "4")  # resumes at step 2
     earlier = {"cpu_s": 5000.0, "peak_rss_gb": 99.0}  # as if an earlier process had used them
-    (workdir / loop.USAGE_NAME).write_text(json.dumps(earlier))
+    (workdir / writers.USAGE_NAME).write_text(json.dumps(earlier))
     before = time.process_time()
     summary = loop.run(loop_config(), str(workdir), quiet=True)
     spent = time.process_time() - before
     assert summary["finished"] and summary["steps"] == 4
     assert 5000.0 < summary["process_cpu_s"] <= 5000.0 + spent + 0.1
     assert summary["peak_rss_gb"] == 99.0
-    usage = json.loads((workdir / loop.USAGE_NAME).read_text())
+    usage = json.loads((workdir / writers.USAGE_NAME).read_text())
     assert usage == {"cpu_s": summary["process_cpu_s"], "peak_rss_gb": 99.0}
 
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    (fresh / loop.USAGE_NAME).write_text(json.dumps(earlier))
+    (fresh / writers.USAGE_NAME).write_text(json.dumps(earlier))
     summary = loop.run(loop_config(**{"train.num_steps": 1}), str(fresh), quiet=True)
     assert 0 < summary["process_cpu_s"] < 5000.0 and summary["peak_rss_gb"] < 99.0
 
