@@ -32,6 +32,7 @@ SOURCES = (
     "learning_v5_rebuild/pilot_lr1e-4_web_shop",
     "learning_v5_rebuild/recipe_lr1e-4+bonus_web_shop",
     "learning_v5_rebuild/pilot_progress_household",
+    "learning_v5_rebuild/recipe_lr1e-4_two_agent",
 )
 NUMBERS = (
     "base_test",
