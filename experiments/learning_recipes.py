@@ -42,6 +42,16 @@ tasks), so a recipe's rows pair with theirs seed by seed:
              partial score almost every group has reward variance even at a batch success of
              0.05-0.14, and the runs bought sooner for partial credit (episodes 6.1-6.4 -> 5.2-5.4
              turns) while greedy success fell
+  remax      ReMax's credit (`credit.name=remax`, arXiv 2310.10505) instead of GRPO's: each
+             episode's advantage is its return minus the return of one greedy episode on the
+             same task, played by the same parameters in the same step. The measure is greedy
+             success, and in every learning study so far greedy play moved only once sampled
+             play had caught up with it (`experiments/results/learning/why_greedy.md`). Under
+             GRPO a success counts against its group's mean, so most of the push goes to tasks
+             the greedy policy already solves; under ReMax a sample's advantage is nonzero only
+             where its outcome differs from greedy play's: up on the tasks greedy play fails and
+             a sample solves, down on those it solves and a sample fails. One more rollout per
+             step (one greedy episode per task)
   lrX        the learning rate X instead of 3e-4 (for example `lr1e-4`), Adam without warmup
              as before. Where greedy success falls from the first in-run evaluation on, the
              first updates themselves did the damage: after 6 updates web_shop's greedy
@@ -79,7 +89,17 @@ TEMPERATURE = 1.0
 PROGRESS = 0.05
 BONUS = 1.0
 ENVS = tuple(_learning.STEPS)
-RECIPES = ("batch8x8", "minibatch4", "progress", "seqmean", "nopenalty", "sparse", "bonus", "lrX")
+RECIPES = (
+    "batch8x8",
+    "minibatch4",
+    "progress",
+    "seqmean",
+    "nopenalty",
+    "sparse",
+    "bonus",
+    "remax",
+    "lrX",
+)
 # At 64 episodes a step the step caps of the learning studies would end runs before the clock.
 SMALL_BATCH_STEPS = 2000
 
@@ -115,6 +135,8 @@ def recipe(name: str, env: str) -> tuple[dict, int | None, int | None]:
         if env != "web_shop":
             raise ValueError(f"RECIPE='bonus' on {env!r}; allowed: web_shop (success_bonus)")
         return {"env.web_shop.success_bonus": BONUS}, None, None
+    if name == "remax":
+        return {"credit.name": "remax"}, None, None
     m = re.fullmatch(r"lr([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)", name)
     if m and float(m.group(1)) > 0:
         return {"optim.lr": float(m.group(1))}, None, None

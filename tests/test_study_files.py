@@ -574,6 +574,7 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
         ("lr1e-4", "two_agent"),
         ("bonus", "web_shop"),
         ("lr1e-4+bonus", "web_shop"),
+        ("remax", "countdown"),
     ],
 )
 def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, clean_env):
@@ -601,6 +602,7 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
         "lr1e-4": {"optim.lr"},
         "bonus": {"env.web_shop.success_bonus"},
         "lr1e-4+bonus": {"optim.lr", "env.web_shop.success_bonus"},
+        "remax": {"credit.name"},
     }[recipe]
     for _, c in planned:
         diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
