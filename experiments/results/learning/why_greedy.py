@@ -33,6 +33,7 @@ SOURCES = (
     "learning_v5_rebuild/recipe_lr1e-4+bonus_web_shop",
     "learning_v5_rebuild/pilot_progress_household",
     "learning_v5_rebuild/recipe_lr1e-4_two_agent",
+    "learning_v5_rebuild/recipe_lr1e-4_countdown",
 )
 NUMBERS = (
     "base_test",
