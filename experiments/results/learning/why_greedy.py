@@ -34,6 +34,7 @@ SOURCES = (
     "learning_v5_rebuild/pilot_progress_household",
     "learning_v5_rebuild/recipe_lr1e-4_two_agent",
     "learning_v5_rebuild/recipe_lr1e-4_countdown",
+    "learning_v5_rebuild/pilot_remax_countdown",
 )
 NUMBERS = (
     "base_test",
