@@ -575,6 +575,7 @@ def test_echo_trap__the_v5_learning_runs_with_fixed_steps_minibatches_and_one_re
         ("bonus", "web_shop"),
         ("lr1e-4+bonus", "web_shop"),
         ("remax", "countdown"),
+        ("topp0.7", "web_shop"),
     ],
 )
 def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, clean_env):
@@ -603,6 +604,7 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
         "bonus": {"env.web_shop.success_bonus"},
         "lr1e-4+bonus": {"optim.lr", "env.web_shop.success_bonus"},
         "remax": {"credit.name"},
+        "topp0.7": {"rollout.top_p"},
     }[recipe]
     for _, c in planned:
         diff = {d.split(":")[0] for d in sweep.config_diff(v5[(c.env.name, c.seed)], c.to_dict())}
@@ -617,7 +619,9 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
     assert [(c.env.name, c.seed) for _, c in planned] == [("frozen_lake", 0)]
     if recipe == "lr1e-4":
         assert {c.optim.lr for _, c in planned} == {1e-4}
-    for bad in ("bigger", "lr0", "lr-1e-4"):
+    if recipe == "topp0.7":
+        assert {c.rollout.top_p for _, c in planned} == {0.7}
+    for bad in ("bigger", "lr0", "lr-1e-4", "topp1", "topp0", "topp1.5"):
         clean_env.setenv("RECIPE", bad)
         with pytest.raises(ValueError, match=f"RECIPE='{bad}'; allowed"):
             _plan("learning_recipes")
