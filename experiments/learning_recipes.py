@@ -54,14 +54,15 @@ tasks), so a recipe's rows pair with theirs seed by seed:
              step (one greedy episode per task)
   toppX      nucleus sampling: each token is drawn from the smallest set of tokens whose
              probability reaches X (`rollout.top_p`), at the same temperature. The base's own
-             held-out outcomes say where the learning signal is: at temperature 1 a sampled
-             episode solves 3.6% of web_shop's greedy failures and loses 79% of the tasks greedy
-             play solves; with top_p 0.7, 6.6% and 57% (countdown: 12.0% and 85% -> 15.2% and
-             61%), where halving the temperature gives 4.8% and 49% (countdown 14.4% and 57%):
-             cutting the tail keeps more of the alternatives that solve what greedy play
-             misses. The loss still treats the tokens as drawn from the full distribution at
-             that temperature, as the recorded log-probs are (a tail token is never sampled,
-             so never pushed down directly)
+             held-out outcomes (`experiments/results/learning/sampling_probe.csv`): at top_p
+             0.7 a sampled episode solves 6.6% of web_shop's greedy failures and loses 57% of
+             the tasks greedy play solves, against 3.6% and 79% at top_p 1 (countdown: 15.2%
+             and 61% against 12.0% and 85%); lower temperatures (0.7, 0.5) lose fewer greedy
+             wins too but solve 4.8-5.0% of web_shop's failures. One sample per task puts about
+             +-2 points of noise on web_shop's shares, so this is a lead for pilots. The loss
+             still treats the tokens as drawn from the full distribution at that temperature,
+             as the recorded log-probs are (a tail token is never sampled, so never pushed down
+             directly)
   lrX        the learning rate X instead of 3e-4 (for example `lr1e-4`), Adam without warmup
              as before. Where greedy success falls from the first in-run evaluation on, the
              first updates themselves did the damage: after 6 updates web_shop's greedy
