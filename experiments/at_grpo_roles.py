@@ -16,7 +16,7 @@ Three variants, paired seeds and evaluation tasks:
 
   python scripts/sweep.py experiments/at_grpo_roles.py \
       --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/at_grpo_roles \
+  python scripts/make_table.py --sweep=runs/sweeps/at_grpo_roles --raw \
       --out=experiments/results/at_grpo_roles --metric=eval_test.greedy_success \
       --baseline=grpo --strip='^[a-z_]+,' --curve_key=eval_test/greedy_success
   # the swapped-roles control, per seed of the role-set variant: a "trained" and a "swapped" row

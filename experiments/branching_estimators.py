@@ -3,7 +3,7 @@ number of episode rows per step: VinePPO, Tree-GRPO and ARPO, each with its bran
 
   python scripts/sweep.py experiments/branching_estimators.py \
       --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/branching_estimators \
+  python scripts/make_table.py --sweep=runs/sweeps/branching_estimators --raw \
       --out=experiments/results/branching_estimators --metric=eval_test.greedy_success,wall_s:min \
       --baseline=grpo --strip='^[a-z_]+,' \
       --curve_key=eval_test/greedy_success,train/success,train/action_tokens

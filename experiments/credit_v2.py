@@ -3,7 +3,7 @@ seeds, a learning-rate sweep per estimator, 1,024 held-out tasks. Two stages, on
 
   # stage 1, the learning rates: every variant x environment x rate, seed 0
   python scripts/sweep.py experiments/credit_v2.py --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/credit_v2 \
+  python scripts/make_table.py --sweep=runs/sweeps/credit_v2 --raw \
       --out=experiments/results/credit_v2/lr_stage --metric=eval_test.greedy_success \
       --baseline=grpo --strip='^[a-z_]+,' --lr_select=train/success \
       --curve_key=train/success,eval_test/greedy_success
@@ -11,7 +11,8 @@ seeds, a learning-rate sweep per estimator, 1,024 held-out tasks. Two stages, on
   # stage 2, the seeds: the chosen rate of each variant x environment, seeds 0..4 (seed 0 is
   # stage 1's run, kept: same directory)
   CREDIT_V2_STAGE=seeds python scripts/sweep.py experiments/credit_v2.py --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/credit_v2 --out=experiments/results/credit_v2 \
+  python scripts/make_table.py --sweep=runs/sweeps/credit_v2 --raw \
+      --out=experiments/results/credit_v2 \
       --metric=eval_test.greedy_success --baseline=grpo --strip='^[a-z_]+,' \
       --lr_from=experiments/results/credit_v2/lr_stage/lr_sweep.csv --allow_mixed \
       --curve_key=eval_test/greedy_success,train/success

@@ -10,7 +10,7 @@ or prevent it. Four variants from base policy v5, side by side:
   clip_higher   grpo with the upper clip at 0.28 (DAPO's clip-higher, RAGEN's decoupled clip)
 
   python scripts/sweep.py experiments/echo_trap.py --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/echo_trap \
+  python scripts/make_table.py --sweep=runs/sweeps/echo_trap --raw \
       --out=experiments/results/echo_trap --metric=eval_test.greedy_success,wall_s:min \
       --baseline=grpo --strip='^[a-z_]+,' \
       --curve_key=eval_test/greedy_success,train/zero_std_groups,train/entropy,train/mi/gap

@@ -2,7 +2,7 @@
 points on ALFWorld and +9 on WebShop over GRPO with the same budget).
 
   python scripts/sweep.py experiments/gigpo_vs_grpo.py --workers=2
-  python scripts/make_table.py --sweep=runs/sweeps/gigpo_vs_grpo \
+  python scripts/make_table.py --sweep=runs/sweeps/gigpo_vs_grpo --raw \
       --out=experiments/results/gigpo_vs_grpo --metric=eval_test.greedy_success \
       --baseline=grpo --strip='^[a-z_]+,' --curve_key=eval_test/greedy_success
 

@@ -5,7 +5,8 @@ different spread between seeds, IS the largest.
 
   python scripts/sweep.py experiments/loss_t3.py \
       --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/loss_t3 --out=experiments/results/loss_t3 \
+  python scripts/make_table.py --sweep=runs/sweeps/loss_t3 --raw \
+      --out=experiments/results/loss_t3 \
       --metric=eval_test.greedy_success --baseline=ppo_clip \
       --curve_key=eval_test/greedy_success,train/ratio_mean,train/pg_clipfrac
   python experiments/loss_t3.py --sweep=runs/sweeps/loss_t3 --early=30

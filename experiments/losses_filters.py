@@ -4,7 +4,7 @@ entropy smoothing, one change each on top of GRPO with `loss.policy = "ppo_clip"
 
   python scripts/sweep.py experiments/losses_filters.py \
       --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/losses_filters \
+  python scripts/make_table.py --sweep=runs/sweeps/losses_filters --raw \
       --out=experiments/results/losses_filters --metric=eval_test.greedy_success,wall_s:min \
       --baseline=ppo_clip --strip='^[a-z_]+,grpo(, )?' \
       --curve_key=eval_test/greedy_success,train/entropy,train/zero_std_groups,train/success

@@ -4,7 +4,7 @@ at k = 0, 2, 4 without a correction and at k = 4 with each registered correction
 
   python scripts/sweep.py experiments/staleness.py \
       --workers=1 --devices=1
-  python scripts/make_table.py --sweep=runs/sweeps/staleness \
+  python scripts/make_table.py --sweep=runs/sweeps/staleness --raw \
       --out=experiments/results/staleness --metric=eval_test.greedy_success,wall_s:min \
       --baseline=train.staleness=0 --strip='^[a-z_]+,grpo(, )?' \
       --curve_key=eval_test/greedy_success,train/ppo_kl,train/pg_clipfrac,train/success

@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -102,6 +103,17 @@ def is_complete(workdir: str) -> bool:
     """Whether the run finished: summary.json says `"finished": true`."""
     summary = read_summary(workdir)
     return bool(summary) and summary.get("finished") is True
+
+
+_INTERPRETER = re.compile(r"\S*/bin/python[0-9.]*(?=\s)")
+
+
+def portable_command(text: str) -> str:
+    """A run's command.txt without what names the machine it ran on: the working-directory
+    comment goes (commands run from the repository root) and an interpreter path becomes
+    `python`."""
+    lines = [line for line in text.splitlines() if not line.startswith("# cwd:")]
+    return "".join(_INTERPRETER.sub("python", line) + "\n" for line in lines)
 
 
 def run_status(workdir: str) -> tuple[str, str]:

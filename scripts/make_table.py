@@ -15,6 +15,12 @@ run, with its status) and curves_<env>.png (per variant the mean over seeds of e
 from metrics.jsonl against the step, with a min-max band over seeds). Runs that are missing or
 incomplete are listed in table.md and on stdout, never silently dropped.
 
+`--raw` also writes `raw/` into --out: a sweep directory of its own with what the tables and
+curves are made of (sweep.json, and per run its summary.json, config.json, provenance.json,
+command.txt without machine paths, and metrics.jsonl cut to `step`, `wall_time`, the
+held-out evaluations, the curve keys and the learning-rate key), so that
+`make_table.py --sweep=<out>/raw` remakes them from committed files once the runs are gone.
+
 Provenance: each run's provenance.json (rl4agents.provenance, written by train.py) gives its
 git commit, uncommitted changes, JAX version and devices; table.md ends with them (one line
 when every run agrees, else one line per kind with its runs). The table refuses, in one
@@ -76,6 +82,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -159,6 +166,51 @@ def load_entries(
                     e.config = json.load(f)
         entries.append(e)
     return entries
+
+
+RAW_DIR = "raw"
+RAW_RUN_FILES = (results.SUMMARY_NAME, results.CONFIG_NAME, provenance.FILENAME)
+
+
+def save_raw(sweep_dir: str, entries: list[Entry], keep: set[str], out: str) -> str:
+    """Copies `sweep_dir`'s plan and its runs' files into `out`/raw/ (replacing an earlier
+    copy), a sweep directory that make_table reads as it reads `sweep_dir`: the RAW_RUN_FILES,
+    command.txt made `results.portable_command`, and metrics.jsonl rows cut to `step`,
+    `wall_time`, the `eval_*` keys and `keep` (rows left with nothing else are dropped).
+    Returns the folder."""
+    dest = os.path.join(out, RAW_DIR)
+    if os.path.isdir(dest):
+        shutil.rmtree(dest)
+    os.makedirs(dest)
+    for name in (results.PLAN_NAME, provenance.FILENAME):
+        if os.path.exists(os.path.join(sweep_dir, name)):
+            shutil.copyfile(os.path.join(sweep_dir, name), os.path.join(dest, name))
+    for e in entries:
+        if not os.path.isdir(e.workdir):
+            continue
+        run = os.path.join(dest, os.path.relpath(e.workdir, sweep_dir))
+        os.makedirs(run)
+        for name in RAW_RUN_FILES:
+            if os.path.exists(os.path.join(e.workdir, name)):
+                shutil.copyfile(os.path.join(e.workdir, name), os.path.join(run, name))
+        command = os.path.join(e.workdir, results.COMMAND_NAME)
+        if os.path.exists(command):
+            with open(command) as f, open(os.path.join(run, results.COMMAND_NAME), "w") as g:
+                g.write(results.portable_command(f.read()))
+        metrics = os.path.join(e.workdir, results.METRICS_NAME)
+        if not os.path.exists(metrics):
+            continue
+        with open(metrics) as f, open(os.path.join(run, results.METRICS_NAME), "w") as g:
+            for line in f:
+                row = json.loads(line)
+                cut = {
+                    k: v
+                    for k, v in row.items()
+                    if k in keep or k.startswith("eval_") or k in ("step", "wall_time")
+                }
+                if set(cut) - {"step", "wall_time"}:
+                    g.write(json.dumps(cut) + "\n")
+    return dest
 
 
 def check_cells(entries: list[Entry]) -> None:
@@ -1031,6 +1083,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--exclude", default=None, help="drop runs whose name matches this regex (seed=0$)"
     )
     p.add_argument(
+        "--raw",
+        action="store_true",
+        help=f"also copy the runs' summaries, configs and cut metrics into --out/{RAW_DIR}/, a "
+        "sweep directory this script remakes the tables and curves from",
+    )
+    p.add_argument(
         "--allow_mixed",
         action="store_true",
         help="pool runs of different commits or configs (listed in table.md)",
@@ -1138,6 +1196,10 @@ def main(argv: list[str] | None = None) -> int:
         write_stats_csv(stats.lr_rows, LR_COLUMNS, os.path.join(args.out, LR_SWEEP_CSV))
         written.append(LR_SWEEP_CSV)
     runs_csv(entries, metrics, os.path.join(args.out, "runs.csv"))
+    if args.raw:
+        keep = set(keys) | {curve_key_of(k) for k, _ in metrics} | {args.lr_select.split(":")[0]}
+        save_raw(args.sweep, entries, keep, args.out)
+        written.append(f"{RAW_DIR}/")
     print(markdown)
     print(f"wrote {args.out}: " + ", ".join(written + pngs))
     if not any(e.status == "complete" for e in entries):

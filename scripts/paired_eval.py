@@ -115,20 +115,12 @@ def outcomes(exp, params, split: str, num_tasks: int, batch: int = 0) -> dict[st
 
 
 RUN_FILES = ("command.txt", "config.json", "summary.json", results.METRICS_NAME)
-_INTERPRETER = re.compile(r"\S*/bin/python[0-9.]*(?=\s)")
-
-
-def portable_command(text: str) -> str:
-    """A run's command.txt without what names the machine it ran on: the working-directory
-    comment goes (commands run from the repository root) and an interpreter path becomes
-    `python`."""
-    lines = [line for line in text.splitlines() if not line.startswith("# cwd:")]
-    return "".join(_INTERPRETER.sub("python", line) + "\n" for line in lines)
 
 
 def save_run_data(workdir: str, out: str, env: str, seed) -> str:
     """Copies the RUN_FILES that `workdir` has into `out`/run_data/`env`_seed`seed`/ (replacing
-    an earlier copy's files; command.txt made `portable_command`) and returns that folder."""
+    an earlier copy's files; command.txt made `results.portable_command`) and returns that
+    folder."""
     dest = os.path.join(out, "run_data", f"{env}_seed{seed}")
     os.makedirs(dest, exist_ok=True)
     for name in RUN_FILES:
@@ -137,7 +129,7 @@ def save_run_data(workdir: str, out: str, env: str, seed) -> str:
             continue
         if name == "command.txt":
             with open(src) as f, open(os.path.join(dest, name), "w") as g:
-                g.write(portable_command(f.read()))
+                g.write(results.portable_command(f.read()))
         else:
             shutil.copyfile(src, os.path.join(dest, name))
     return dest

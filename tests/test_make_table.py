@@ -383,3 +383,48 @@ def test_make_table__lr_from_keeps_an_earlier_stages_choice(tmp_path, capsys):
     assert "selects two learning rates for ('base', 'fl'): 0.01 and 0.001" in (
         capsys.readouterr().err
     )
+
+
+def test_make_table__raw_copy_remakes_the_same_tables_without_the_runs(two_variants, tmp_path):
+    run = next(p for p in two_variants.iterdir() if p.is_dir())
+    (run / "command.txt").write_text(
+        "# cwd: /somewhere/project\nXLA_FLAGS=x /somewhere/.venv/bin/python scripts/train.py\n"
+    )
+    (run / "log.txt").write_text("not copied\n")
+    with open(run / "metrics.jsonl", "a") as f:  # a row of keys the table does not use
+        f.write(json.dumps({"step": 21, "wall_time": 9.0, "train/loss": 0.5}) + "\n")
+    out, again = tmp_path / "out", tmp_path / "again"
+    args = ["--metric=eval_test.greedy_success", "--baseline=grpo", "--curve_key=train/success"]
+    assert _make_table().main([f"--sweep={two_variants}", f"--out={out}", "--raw", *args]) == 0
+    raw = out / "raw"
+    assert (raw / "sweep.json").read_text() == (two_variants / "sweep.json").read_text()
+    copy = raw / run.name
+    assert sorted(p.name for p in copy.iterdir()) == [
+        "command.txt",
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+    ]
+    assert copy.joinpath("command.txt").read_text() == "XLA_FLAGS=x python scripts/train.py\n"
+    rows = [json.loads(line) for line in copy.joinpath("metrics.jsonl").read_text().splitlines()]
+    assert rows == [
+        {
+            "step": 10,
+            "eval_test/greedy_success": rows[0]["eval_test/greedy_success"],
+            "train/success": 0.1,
+        },
+        {
+            "step": 20,
+            "eval_test/greedy_success": rows[1]["eval_test/greedy_success"],
+            "train/success": 0.1,
+        },
+    ]  # the train/loss row is cut away
+    # The copy alone remakes the tables.
+    assert _make_table().main([f"--sweep={raw}", f"--out={again}", *args]) == 0
+    for name in ("table.csv", "runs.csv"):
+        assert (again / name).read_text() == (out / name).read_text()
+    assert (again / "curves_fl.png").exists()
+    # A second --raw replaces the copy.
+    (run / "summary.json").unlink()
+    assert _make_table().main([f"--sweep={two_variants}", f"--out={out}", "--raw", *args]) == 0
+    assert not (raw / run.name / "summary.json").exists()
