@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.abspath(_ROOT))
 import _cores  # noqa: E402,F401  (one XLA CPU device per core; before JAX starts)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from where_signal import shares  # noqa: E402
 
 from configs import base_policy  # noqa: E402
 from rl4agents.train import experiment  # noqa: E402
@@ -53,8 +54,7 @@ def probe(env: str, top_p: float, temperature: float, base: str, num_tasks: int)
     params = exp.saved_params(base)
     out = jax.device_get(exp.task_outcomes_fn("test", num_tasks)(params, c.train.eval_seed))
     g, s = np.asarray(out["greedy_success"]), np.asarray(out["sampled_success"])
-    ok_fail = float(s[g == 0].mean()) if (g == 0).any() else float("nan")
-    fail_ok = float(1 - s[g == 1].mean()) if (g == 1).any() else float("nan")
+    ok_fail, fail_ok, new_wins = shares(g.tolist(), s.tolist())
     return {
         "env": env,
         "top_p": top_p,
@@ -64,7 +64,7 @@ def probe(env: str, top_p: float, temperature: float, base: str, num_tasks: int)
         "sampled": round(float(s.mean()), 4),
         "ok_given_greedy_fails": round(ok_fail, 4),
         "fails_given_greedy_ok": round(fail_ok, 4),
-        "new_wins": round((1 - float(g.mean())) * ok_fail, 4),
+        "new_wins": round(new_wins, 4),
     }
 
 

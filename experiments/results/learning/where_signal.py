@@ -13,8 +13,9 @@ temperature evaluates the same base on the same 512 tasks):
 """
 
 import csv
-import json
 import os
+
+from why_greedy import temperature
 
 RESULTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REBUILD = os.path.join(RESULTS, "learning_v5_rebuild")
@@ -35,11 +36,14 @@ SOURCES = {
 HEADLINE = os.path.join(RESULTS, "learning", "table.csv")
 
 
-def temperature(study: str, env: str) -> float:
-    run_data = os.path.join(REBUILD, study, "run_data")
-    run = sorted(d for d in os.listdir(run_data) if d.startswith(f"{env}_seed"))[0]
-    with open(os.path.join(run_data, run, "config.json")) as f:
-        return float(json.load(f)["rollout"]["temperature"])
+def shares(greedy, sampled) -> tuple[float, float, float]:
+    """(P(sampled ok | greedy fails), P(sampled fails | greedy ok), new wins) of per-task 0/1
+    outcomes (sequences of equal length); NaN where a condition never holds."""
+    fails = [s for g, s in zip(greedy, sampled, strict=True) if g == 0]
+    oks = [s for g, s in zip(greedy, sampled, strict=True) if g == 1]
+    ok_given_fail = sum(fails) / len(fails) if fails else float("nan")
+    fail_given_ok = 1 - sum(oks) / len(oks) if oks else float("nan")
+    return ok_given_fail, fail_given_ok, (1 - sum(greedy) / len(greedy)) * ok_given_fail
 
 
 def base_outcomes(study: str, env: str) -> list[tuple[float, float]]:
@@ -64,10 +68,7 @@ def main() -> None:
         n = len(out)
         greedy = sum(g for g, _ in out) / n
         sampled = sum(s for _, s in out) / n
-        fails = [s for g, s in out if g == 0]
-        oks = [s for g, s in out if g == 1]
-        ok_given_fail = sum(fails) / len(fails)
-        fail_given_ok = 1 - sum(oks) / len(oks) if oks else float("nan")
+        ok_given_fail, fail_given_ok, new_wins = shares(*zip(*out, strict=True))
         row = headline.get(env)
         change = (
             f"{float(row['delta']):+.3f} [{float(row['delta_ci_low']):+.3f}, "
@@ -75,9 +76,10 @@ def main() -> None:
             if row
             else "no eligible row"
         )
+        t = temperature(f"learning_v5_rebuild/{study}", env)
         print(
-            f"| {env} | {temperature(study, env):g} | {n} | {greedy:.3f} | {sampled:.3f} "
-            f"| {ok_given_fail:.3f} | {(1 - greedy) * ok_given_fail:.3f} | {fail_given_ok:.3f} "
+            f"| {env} | {t:g} | {n} | {greedy:.3f} | {sampled:.3f} "
+            f"| {ok_given_fail:.3f} | {new_wins:.3f} | {fail_given_ok:.3f} "
             f"| {change} |"
         )
 
