@@ -456,24 +456,26 @@ def test_credit_v2__stage_two_adds_seeds_at_the_chosen_rate_and_keeps_stage_one(
         _plan("credit_v2")
 
 
-def test_gigpo_vs_grpo__household_and_web_shop_paired_with_the_same_settings(clean_env):
+def test_gigpo_vs_grpo__web_shop_and_sokoban_paired_with_the_same_settings(clean_env):
     _, module, planned = _plan("gigpo_vs_grpo")
     assert len(planned) == 2 * 2 * 5
     runs = collections.defaultdict(dict)
     for _, c in planned:
         runs[(c.env.name, c.seed)][c.credit.name] = c.to_dict()
         lr = module.LR.get(c.env.name, module.DEFAULT_LR)
-        assert (c.rollout.temperature, c.optim.lr) == (0.5, lr)
-        assert c.env.household.progress_reward == (0.1 if c.env.name == "household" else 0.0)
+        assert (c.rollout.temperature, c.optim.lr) == (1.0, lr)
+        assert c.env.household.progress_reward == 0.0
         assert (c.train.eval_tasks, c.train.final_eval_tasks) == (128, 512)
         assert c.train.eval_at_start
-    assert {env for env, _ in runs} == {"web_shop", "household"}
+    assert {env for env, _ in runs} == {"web_shop", "sokoban"}
     for pair in runs.values():  # the estimator and its own settings, nothing else
         diff = sweep.config_diff(pair["grpo"], pair["gigpo"])
         assert {d.split(":")[0].split(".")[0] for d in diff} == {"credit"}, diff
-    clean_env.setenv("GIGPO_ENVS", "sokoban,maze")
+    clean_env.setenv("GIGPO_ENVS", "household,maze")
     _, _, planned = _plan("gigpo_vs_grpo")
-    assert {c.env.name for _, c in planned} == {"sokoban", "maze"}
+    assert {c.env.name for _, c in planned} == {"household", "maze"}
+    household = [c for _, c in planned if c.env.name == "household"]
+    assert {c.env.household.progress_reward for c in household} == {0.1}
 
 
 def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrides(monkeypatch):
