@@ -12,8 +12,8 @@ or prevent it. Four variants from base policy v5, side by side:
   python scripts/sweep.py experiments/echo_trap.py --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/echo_trap --raw \
       --out=experiments/results/echo_trap --metric=eval_test.greedy_success,wall_s:min \
-      --baseline=grpo --strip='^[a-z_]+,' \
-      --curve_key=eval_test/greedy_success,train/zero_std_groups,train/entropy,train/mi/gap
+      --baseline=grpo --strip='^[a-z_]+,' --curve_key=eval_test/greedy_success,\
+train/zero_std_groups,train/entropy,train/reward_std,train/mi/gap
 
 Why these settings: each environment starts from the GRPO run of base v5 (its rebuild,
 `runs/base_policy_v5`) in which the trap was seen, with that run's settings (each environment's
