@@ -4,11 +4,12 @@ points on ALFWorld and +9 on WebShop over GRPO with the same budget).
   python scripts/sweep.py experiments/gigpo_vs_grpo.py --workers=1 --devices=1
   python scripts/make_table.py --sweep=runs/sweeps/gigpo_vs_grpo --raw \
       --out=experiments/results/gigpo_vs_grpo --metric=eval_test.greedy_success \
-      --baseline=grpo --strip='^[a-z_]+,' --curve_key=eval_test/greedy_success
+      --baseline=grpo --strip='^[a-z_]+,' \
+      --curve_key=eval_test/greedy_success,train/frac_steps_grouped,train/step_group_size
 
-GiGPO's step groups exist only where states repeat across a task's samples: every run logs
-`credit/frac_steps_grouped` (the share of valid steps whose anchor state another sample of the
-same task also reached, i.e. in an anchor group larger than one) and `credit/step_group_size`.
+GiGPO's step groups exist only where states repeat across a task's samples: every GiGPO run
+logs `train/frac_steps_grouped` (the share of valid steps whose anchor state another sample of the
+same task also reached, i.e. in an anchor group larger than one) and `train/step_group_size`.
 Both estimators share everything else, the paper's protocol: N = 8 samples per task, gamma 0.95
 for the step returns, no extra invalid-action penalty (the environments charge their own), and
 rollouts at temperature 1 (the paper's, and that of the learning runs whose settings both
