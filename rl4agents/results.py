@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -334,6 +335,52 @@ def sign_flip_p(diffs: Sequence[float], draws: int = 1 << 16, seed: int = 0) -> 
     tol = 1e-12 * max(1.0, float(np.abs(d).max()))
     hits = int(np.sum(np.abs(signs @ d) / n >= observed - tol))
     return (hits + extra) / (signs.shape[0] + total)
+
+
+def detectable_difference(
+    low: float | None,
+    high: float | None,
+    *,
+    df: int | None = None,
+    level: float = 0.95,
+    power: float = 0.8,
+) -> float | None:
+    """The smallest true difference that a study would detect with probability `power`.
+
+    From a two-sided `level` interval [low, high] of an estimate, the standard error is
+    se = (high - low) / (2 q), q = the interval's critical value (Student's t on `df` degrees
+    of freedom, as `t_interval`'s, or the standard normal for `df` None, as an approximation for
+    a bootstrap interval). A two-sided test at 1 - level rejects "no difference" with
+    probability about `power` when the true difference is
+
+        (q + q_power) se,
+
+    q_power the `power` quantile of the same distribution (the usual sample-size formula; for
+    the t-test it slightly understates the difference the noncentral t gives, most at few
+    degrees of freedom). A null whose interval is wide says little: this is the size of effect
+    it could have ruled out. None when either bound is None.
+
+    Args:
+      low, high: the interval's bounds (high >= low).
+      df: degrees of freedom of a t interval (seeds - 1), or None for a normal interval.
+      level: the interval's coverage, 0 < level < 1.
+      power: the detection probability, 0.5 < power < 1.
+    """
+    if low is None or high is None:
+        return None
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level!r}; allowed: 0 < level < 1")
+    if not 0.5 < power < 1.0:
+        raise ValueError(f"power={power!r}; allowed: 0.5 < power < 1")
+    if not high >= low:
+        raise ValueError(f"interval [{low}, {high}]; allowed: high >= low")
+    if df is None:
+        normal = statistics.NormalDist()
+        q, q_power = normal.inv_cdf((1.0 + level) / 2.0), normal.inv_cdf(power)
+    else:
+        # t_quantile is two-sided: P(|T| <= t) = 2 p - 1 gives the one-sided p quantile.
+        q, q_power = t_quantile(level, df), t_quantile(2.0 * power - 1.0, df)
+    return (q + q_power) * (high - low) / (2.0 * q)
 
 
 def curve_auc(points: Sequence[tuple[float, float]], budget: float) -> float | None:

@@ -17,7 +17,10 @@ eligible or not, with the reason when it is not.
 
 Writes to --out:
   table.csv     the issue's columns (env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,
-                seeds,eval_tasks,minutes), then the source row's other columns, `study` (the
+                seeds,eval_tasks,minutes), `delta_mde80` (the smallest true change in greedy
+                success the row's evaluation would detect with 80% probability at the 5%
+                level, from its interval's width: `results.detectable_difference`, normal
+                approximation; a null's power), then the source row's other columns, `study` (the
                 source folder's path from --out's parent, such as `learning_v5_rebuild/t1`),
                 `settings` (the runs' training settings that differ from the environment's
                 defaults in `configs/base_policy.py`) and `attempts`;
@@ -155,6 +158,7 @@ def main() -> None:
             attempts.append(
                 {
                     **row,
+                    "delta_mde80": mde80(row),
                     "study": study,
                     "settings": settings(source, row["env"]),
                     "start": start,
@@ -170,7 +174,7 @@ def main() -> None:
                 else extra + [c for c in header if c not in extra]
             )
     table = choose(attempts)
-    columns = [*COLUMNS, *extra, "study", "settings", "attempts"]
+    columns = [*COLUMNS, "delta_mde80", *extra, "study", "settings", "attempts"]
     os.makedirs(args.out, exist_ok=True)
     writers.write_csv(os.path.join(args.out, "table.csv"), table, columns, ignore_extra=True)
     with open(os.path.join(args.out, "table.md"), "w") as f:
@@ -178,19 +182,27 @@ def main() -> None:
     writers.write_csv(
         os.path.join(args.out, "attempts.csv"),
         attempts,
-        [*COLUMNS, *extra, "study", "settings", "start", "eligible", "why_not"],
+        [*COLUMNS, "delta_mde80", *extra, "study", "settings", "start", "eligible", "why_not"],
         ignore_extra=True,
     )
     for row in table:
         print(
             f"{row['env']}: {row['delta']} [{row['delta_ci_low']}, {row['delta_ci_high']}] "
-            f"from {row['study']} (best of {row['attempts']} eligible)"
+            f"from {row['study']} (best of {row['attempts']} eligible; detectable at 80%: "
+            f"{row['delta_mde80']})"
         )
     chosen = {r["env"] for r in table}
     for env in dict.fromkeys(r["env"] for r in attempts if r["env"] not in chosen):
         print(f"{env}: no eligible row")
     improved = sum(float(r["delta_ci_low"]) > 0 for r in table)
     print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
+
+
+def mde80(row: dict) -> float:
+    """The smallest true change the row's paired evaluation detects with 80% probability at
+    the 5% level, from its bootstrap interval (normal approximation), to 4 decimals."""
+    low, high = float(row["delta_ci_low"]), float(row["delta_ci_high"])
+    return round(results.detectable_difference(low, high), 4)
 
 
 def _numbers(row: dict) -> dict:

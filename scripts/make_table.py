@@ -49,6 +49,9 @@ Statistics (table.csv, one row per environment x variant x metric, and its Markd
   interval over the paired seeds (`diff_seeds`); `diff_p`: the two-sided p-value of the paired
   t-test (`--p_test=t`, the default) or of the exact sign-flip permutation test over seeds
   (`--p_test=sign_flip`; at least 2 / 2^n, 0.25 with 3 seeds). table.md names the test it shows.
+  `diff_mde80`: the smallest true difference the paired comparison would detect with 80%
+  probability at the 5% level, (t_{0.975, n-1} + t_{0.8, n-1}) x the difference's standard
+  error (`rl4agents.results.detectable_difference`): the power of a null.
 - Sample efficiency, from the metric's learning curve in metrics.jsonl (eval_test.greedy_success
   -> eval_test/greedy_success; empty for a metric without one, wall_s): `auc` (with
   `auc_ci_low`/`auc_ci_high`), the area under the curve over the steps the run trained,
@@ -604,6 +607,9 @@ def paired_diff(
         "high": None if iv is None else iv.high,
         "p": p_fn(diffs) if diffs else None,
         "pairs": len(diffs),
+        "mde80": None
+        if iv is None or iv.low is None
+        else results.detectable_difference(iv.low, iv.high, df=iv.n - 1, level=level),
     }
 
 
@@ -613,6 +619,7 @@ def stat_columns(has_lr: bool, baseline: str | None) -> list[str]:
     cols += ["metric", "goal", "seeds", "mean", "std", "ci_low", "ci_high"]
     if baseline is not None:
         cols += [f"diff_vs_{baseline}", "diff_ci_low", "diff_ci_high", "diff_p", "diff_seeds"]
+        cols += ["diff_mde80"]
     cols += ["auc", "auc_ci_low", "auc_ci_high", "steps_to_reach", "episodes_to_reach"]
     return cols + ["reached", "n", "best"]
 
@@ -740,6 +747,7 @@ def statistics(
                     row[f"diff_vs_{baseline}"] = d["diff"]
                     row.update(diff_ci_low=d["low"], diff_ci_high=d["high"], diff_p=d["p"])
                     row["diff_seeds"] = d["pairs"]
+                    row["diff_mde80"] = d["mde80"]
                 effs = [run_efficiency(e, curve_key_of(key), goal, reach, cache) for e in runs]
                 effs = [x for x in effs if x is not None]
                 if effs:
@@ -809,7 +817,7 @@ def stats_markdown(stats: Stats, baseline: str | None) -> list[str]:
     header = ["env", "variant"] + (["lr"] if has_lr else []) + ["metric", "seeds"]
     header.append(f"mean [{pct} CI]")
     if stats.baseline is not None:
-        header += [f"diff vs {stats.baseline} [{pct} CI]", "p"]
+        header += [f"diff vs {stats.baseline} [{pct} CI]", "p", "detectable (80%)"]
     header += ["AUC", f"{stats.unit} to {stats.reach:g}"]
     lines = [
         "",
@@ -823,7 +831,9 @@ def stats_markdown(stats: Stats, baseline: str | None) -> list[str]:
         lines.append(
             f"Diff: per seed, the row minus `{stats.baseline}` on the same seed, then mean and "
             f"{pct} t interval over those seeds; p: {P_NAMES[stats.p_test]} (two-sided) that "
-            "the mean difference is 0."
+            "the mean difference is 0; detectable: the smallest true difference this comparison "
+            "would detect with 80% probability at the 5% level, (t_0.975 + t_0.8) x its "
+            "standard error."
         )
     lines.append(
         "AUC: area under the metric's learning curve (metrics.jsonl) from the start to the "
@@ -854,10 +864,12 @@ def stats_markdown(stats: Stats, baseline: str | None) -> list[str]:
         if stats.baseline is not None:
             diff = f"diff_vs_{baseline}"
             if r["variant"] == stats.baseline:
-                cells += ["(baseline)", "-"]
+                cells += ["(baseline)", "-", "-"]
             else:
                 cells.append(_ci_text(r.get(diff), r.get("diff_ci_low"), r.get("diff_ci_high")))
                 cells.append(_p_text(r.get("diff_p")))
+                mde = r.get("diff_mde80")
+                cells.append("-" if mde is None else _num(mde, like=r.get(diff)))
         cells.append(_ci_text(r.get("auc"), r.get("auc_ci_low"), r.get("auc_ci_high")))
         cells.append(_reach_text(r, stats.unit))
         lines.append("| " + " | ".join(cells) + " |")

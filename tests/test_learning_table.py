@@ -91,6 +91,12 @@ def test_learning_table__chooses_highest_lower_bound_among_eligible_rows(tmp_pat
         ("sokoban", "second", "1"),
     ]
     assert table[0]["delta"] == "0.05" and table[0]["sampled_delta"] == ""
+    # Detectable at 80%: (z_0.975 + z_0.8) x the interval's half-width / z_0.975; maze's
+    # chosen row [0.05, 0.09]: 2.801585 x 0.02 / 1.959964 = 0.028588.
+    assert list(table[0])[9] == "delta_mde80"
+    assert float(table[0]["delta_mde80"]) == pytest.approx(0.0286, abs=1e-4)
+    assert float(table[1]["delta_mde80"]) == pytest.approx(2.801585 * 0.105 / 1.959964, abs=1e-4)
+    assert "detectable at 80%: 0.0286" in done.stdout
     assert table[0]["settings"] == "loss.entropy_coef=0.125"
     why = {(r["study"], r["env"]): r["why_not"] for r in _read(out / "attempts.csv")}
     assert why == {

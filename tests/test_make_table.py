@@ -86,6 +86,34 @@ def test_sign_flip_p__enumerated_by_hand():
     assert 1 / 4097 <= p < 0.01
 
 
+def test_detectable_difference__normal_by_hand_and_power_checked_with_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    # Normal: half-width 0.028 -> se = 0.028 / 1.959964 = 0.0142860; (1.959964 + 0.841621) se.
+    mde = results.detectable_difference(-0.0033, 0.0527)
+    assert mde == pytest.approx((1.959964 + 0.841621) * 0.028 / 1.959964, abs=1e-6)
+    assert mde == pytest.approx(0.040024, abs=1e-6)
+    se = 0.028 / 1.959964
+    z = stats.norm.ppf(0.975)
+    power = stats.norm.sf(z - mde / se) + stats.norm.cdf(-z - mde / se)
+    assert power == pytest.approx(0.8, abs=1e-4)
+    # Student's t on 4 df: (t_.975 + t_.8) se with scipy's quantiles; the noncentral t gives a
+    # power a little under 0.8 at that difference (the formula's known approximation).
+    low, high = 0.1, 0.3
+    mde = results.detectable_difference(low, high, df=4)
+    t975, t80 = stats.t.ppf(0.975, 4), stats.t.ppf(0.8, 4)
+    se = 0.1 / t975
+    assert mde == pytest.approx((t975 + t80) * se, rel=1e-9)
+    nc = mde / se
+    power = stats.nct.sf(t975, 4, nc) + stats.nct.cdf(-t975, 4, nc)
+    assert 0.74 < power < 0.8
+    assert results.detectable_difference(None, 0.3) is None
+    assert results.detectable_difference(0.2, 0.2, df=2) == 0.0
+    with pytest.raises(ValueError, match=r"power=0.4; allowed: 0.5 < power < 1"):
+        results.detectable_difference(0.0, 1.0, power=0.4)
+    with pytest.raises(ValueError, match=r"allowed: high >= low"):
+        results.detectable_difference(0.3, 0.1)
+
+
 # Sample efficiency.
 
 
@@ -233,6 +261,10 @@ def test_make_table__ci_paired_diff_auc_and_reach(two_variants, tmp_path):
     assert float(opo["diff_ci_low"]) == pytest.approx(1 / 6 - T2 / 30)
     assert float(opo["diff_ci_high"]) == pytest.approx(1 / 6 + T2 / 30)
     assert float(opo["diff_p"]) == pytest.approx(1 - 5 / math.sqrt(27)) and opo["diff_seeds"] == "3"
+    # Detectable at 80%: (t_{0.975,2} + t_{0.8,2}) se, se = 1/30; on 2 df the p quantile is
+    # (2p - 1) / sqrt(2 p (1 - p)): 0.6 / sqrt(0.32) for p = 0.8.
+    t80 = 0.6 / math.sqrt(0.32)
+    assert float(opo["diff_mde80"]) == pytest.approx((T2 + t80) / 30) and grpo["diff_mde80"] == ""
     # AUC of (10, y/2), (20, y) over 20 steps: (10 y/2 + 10 (y/2 + y) / 2) / 20 = 0.625 y.
     assert float(grpo["auc"]) == pytest.approx(0.625 * 0.7)
     assert float(opo["auc"]) == pytest.approx(0.625 * 2.6 / 3)
@@ -243,7 +275,8 @@ def test_make_table__ci_paired_diff_auc_and_reach(two_variants, tmp_path):
     md = (out / "table.md").read_text()
     assert "## Statistics" in md and "p: paired t-test (two-sided)" in md
     assert "| fl | credit.name=opo | eval_test.greedy_success ↑ | 3 | **0.867 [" in md
-    assert "| 0.167 [0.023, 0.310] | 0.038 | 0.542 [" in md and "| 80 (3/3) |" in md
+    assert "| 0.167 [0.023, 0.310] | 0.038 | 0.179 | 0.542 [" in md and "| 80 (3/3) |" in md
+    assert "| (baseline) | - | - |" in md
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "![learning_curves](learning_curves.png)" in md
 
