@@ -14,6 +14,15 @@ or prevent it. Four variants from base policy v5, side by side:
       --out=experiments/results/echo_trap --metric=eval_test.greedy_success,wall_s:min \
       --baseline=grpo --strip='^[a-z_]+,' --curve_key=eval_test/greedy_success,\
 train/zero_std_groups,train/entropy,train/reward_std,train/mi/gap
+  python experiments/echo_trap.py --sweep=experiments/results/echo_trap/raw \
+      --out=experiments/results/echo_trap
+
+The second command reads the collapse signature off each run (`signature`): the step at which
+the share of groups without reward variance reaches ZERO_STD_LEVEL, entropy and reward std
+fall to ENTROPY_FRACTION of their start, batch success falls SUCCESS_DROP below its peak, and
+held-out greedy success SUCCESS_DROP below the start policy's, every per-step series a trailing
+mean over WINDOW steps; `signature.md` gives per variant the median steps and how often the
+variance collapsed first, `signature.png` the curves.
 
 Why these settings: each environment starts from the GRPO run of base v5 (its rebuild,
 `runs/base_policy_v5`) in which the trap was seen, with that run's settings (each environment's
@@ -58,11 +67,21 @@ adds to that, the critic more): countdown 4 variants x 3 seeds x 12-20 minutes =
 frozen_lake 4 x 3 x 15-25 minutes = about 4 hours.
 """
 
+import argparse
 import dataclasses
+import json
 import os
+import re
+import statistics
+import sys
 
+import numpy as np
+
+# The project root on the path when run as a script (`configs` is not an installed package).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import base_policy
-from rl4agents import config_utils, sweep
+from rl4agents import config_utils, results, sweep
+from rl4agents.train import writers
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _learning = config_utils.load_module(os.path.join(_here, "learning.py"), "learning_study")
@@ -132,3 +151,253 @@ def get_sweep():
                 )
                 points += sweep.product([variant], [run])
     return points
+
+
+# The collapse signature (`signature`): each per-step series is smoothed by a trailing mean over
+# WINDOW steps before a crossing is read, so one unlucky batch does not count as a collapse.
+WINDOW = 20
+ZERO_STD_LEVEL = 0.8  # a collapsed batch: at least this share of groups without reward variance
+ENTROPY_FRACTION = 0.5  # entropy collapsed: at or below this fraction of its first window's
+SUCCESS_DROP = 0.05  # success fallen: this far below the start (held-out) or the peak (batch)
+SIGNATURE_KEYS = {
+    "zero_std": "train/zero_std_groups",
+    "entropy": "train/entropy",
+    "reward_std": "train/reward_std",
+    "train_success": "train/success",
+    "greedy": "eval_test/greedy_success",
+}
+
+
+def trailing_mean(steps: list[int], values: list[float], window: int) -> list[float]:
+    """values[i] replaced by the mean of the values logged at steps (steps[i] - window,
+    steps[i]]: a trailing window in steps, not rows, so a gap in the log does not stretch it."""
+    out, lo, total = [], 0, 0.0
+    for i, (step, v) in enumerate(zip(steps, values, strict=True)):
+        total += v
+        while steps[lo] <= step - window:
+            total -= values[lo]
+            lo += 1
+        out.append(total / (i - lo + 1))
+    return out
+
+
+def first_step(steps: list[int], values: list[float], hit) -> int | None:
+    """The first step whose value satisfies `hit`, None if none does."""
+    return next((s for s, v in zip(steps, values, strict=True) if hit(v)), None)
+
+
+def smoothed(rows: list[dict], key: str, window: int) -> tuple[list[int], list[float]]:
+    """(steps, trailing means over `window` steps) of `key` in metrics rows, from the first step
+    whose window is full (the first logged step + window - 1) on; empty if never logged."""
+    pts = [(r["step"], float(r[key])) for r in rows if r.get(key) is not None]
+    if not pts:
+        return [], []
+    steps, values = [p[0] for p in pts], [p[1] for p in pts]
+    means = trailing_mean(steps, values, window)
+    first = steps[0] + window - 1
+    kept = [(s, v) for s, v in zip(steps, means, strict=True) if s >= first]
+    return [s for s, _ in kept], [v for _, v in kept]
+
+
+def run_signature(rows: list[dict], window: int = WINDOW) -> dict:
+    """The collapse signature of one run's metrics.jsonl rows.
+
+    Every per-step series is a trailing mean over `window` steps, read from the first full
+    window on. Returns a dict of steps (None where the event never happens):
+      "zero_std_step": the first step whose share of zero-variance groups reaches
+        ZERO_STD_LEVEL;
+      "entropy_step": the first step whose entropy is at most ENTROPY_FRACTION x the first full
+        window's;
+      "reward_std_step": the same for the batch's reward std;
+      "train_fall_step": the first step at which batch success is SUCCESS_DROP or more below
+        its highest value so far;
+      "greedy_fall_step": the first in-run evaluation after step 0 whose held-out greedy
+        success is SUCCESS_DROP or more below the step-0 evaluation (the start policy's);
+    and "greedy_start", "greedy_min", "greedy_last" (held-out greedy success at step 0, its
+    lowest and its last in-run value), "entropy_start", "entropy_end", "zero_std_start",
+    "zero_std_end" (first and last full window), and "steps" (the last logged step).
+    """
+    out: dict = {}
+    st, zs = smoothed(rows, SIGNATURE_KEYS["zero_std"], window)
+    out["zero_std_step"] = first_step(st, zs, lambda v: v >= ZERO_STD_LEVEL)
+    out["zero_std_start"], out["zero_std_end"] = (zs[0], zs[-1]) if zs else (None, None)
+    for name in ("entropy", "reward_std"):
+        st, sm = smoothed(rows, SIGNATURE_KEYS[name], window)
+        limit = ENTROPY_FRACTION * sm[0] if sm else 0.0
+        out[f"{name}_step"] = first_step(st, sm, lambda v, c=limit: v <= c)
+        if name == "entropy":
+            out["entropy_start"], out["entropy_end"] = (sm[0], sm[-1]) if sm else (None, None)
+    st, sm = smoothed(rows, SIGNATURE_KEYS["train_success"], window)
+    peak = np.maximum.accumulate(sm).tolist() if sm else []
+    out["train_fall_step"] = next(
+        (s for s, v, m in zip(st, sm, peak, strict=True) if v <= m - SUCCESS_DROP), None
+    )
+    key = SIGNATURE_KEYS["greedy"]
+    evals = [(r["step"], float(r[key])) for r in rows if r.get(key) is not None]
+    start = evals[0][1] if evals and evals[0][0] == 0 else None
+    out["greedy_start"] = start
+    out["greedy_min"] = min(v for _, v in evals) if evals else None
+    out["greedy_last"] = evals[-1][1] if evals else None
+    out["greedy_fall_step"] = (
+        None
+        if start is None
+        else next((s for s, v in evals[1:] if v <= start - SUCCESS_DROP), None)
+    )
+    out["steps"] = max((r["step"] for r in rows), default=0)
+    return out
+
+
+def signature(sweep_dir: str, window: int = WINDOW) -> list[dict]:
+    """`run_signature` of every run of a sweep folder that logged steps (its raw/ copy works
+    too), in plan order, with "variant" (make_table's row label with STRIP applied), "env",
+    "seed" and "complete"."""
+    path = os.path.join(sweep_dir, sweep.PLAN_NAME)
+    if not os.path.exists(path):
+        raise ValueError(
+            f"--sweep={sweep_dir!r} holds no {sweep.PLAN_NAME}; allowed: an --out of "
+            "scripts/sweep.py or its make_table --raw copy"
+        )
+    with open(path) as f:
+        plan = json.load(f)["runs"]
+    labels = results.short_labels([tuple(r["variant"]) for r in plan])
+    out = []
+    for r, label in zip(plan, labels, strict=True):
+        workdir = os.path.join(sweep_dir, r["dir"])
+        rows = writers.read_metrics(os.path.join(workdir, results.METRICS_NAME))
+        if not rows:
+            continue
+        row = {
+            "variant": re.sub(STRIP, "", label) or "base",
+            "env": r["env"],
+            "seed": r["seed"],
+            "complete": results.is_complete(workdir),
+        }
+        out.append({**row, **run_signature(rows, window)})
+    return out
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _before(runs: list[dict], early: str, late: str) -> str:
+    """ "k/n": of the n runs in which `late` happened, the k in which `early` happened no later."""
+    late_runs = [r for r in runs if r[late] is not None]
+    k = sum(r[early] is not None and r[early] <= r[late] for r in late_runs)
+    return f"{k}/{len(late_runs)}"
+
+
+def summary_markdown(runs: list[dict]) -> str:
+    """Per environment and variant, over its complete runs: the median step of each collapse
+    event with the runs in which it happened, how often the share of zero-variance groups
+    reached ZERO_STD_LEVEL no later than batch success and held-out greedy success fell, and
+    the median held-out greedy success (in-run evaluations) at step 0 and at the end."""
+
+    def show(v):
+        return "-" if v is None else f"{v:.3f}"
+
+    lines = [
+        "| env | variant | runs | zero-variance step | entropy step | reward-std step "
+        "| batch-success fall step | greedy fall step | variance first (batch) "
+        "| variance first (greedy) | greedy, start -> end |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    keys = ("zero_std_step", "entropy_step", "reward_std_step", "train_fall_step")
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r["complete"]:
+            groups.setdefault((r["env"], r["variant"]), []).append(r)
+    for (env, variant), rs in groups.items():
+        cells = [env, variant, str(len(rs))]
+        for key in (*keys, "greedy_fall_step"):
+            hit = [r[key] for r in rs if r[key] is not None]
+            cells.append(f"{_median(hit):g} ({len(hit)}/{len(rs)})" if hit else "never")
+        cells.append(_before(rs, "zero_std_step", "train_fall_step"))
+        cells.append(_before(rs, "zero_std_step", "greedy_fall_step"))
+        start = _median([r["greedy_start"] for r in rs])
+        cells.append(f"{show(start)} -> {show(_median([r['greedy_last'] for r in rs]))}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_signature(sweep_dir: str, png: str, window: int = WINDOW) -> None:
+    """One column per environment, rows: held-out greedy success (in-run evaluations), batch
+    success, the share of zero-variance groups, entropy and reward std (the last four a trailing
+    mean over `window` steps); per variant the mean over its runs, band min-max."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with open(os.path.join(sweep_dir, sweep.PLAN_NAME)) as f:
+        plan = json.load(f)["runs"]
+    labels = [
+        re.sub(STRIP, "", x) for x in results.short_labels([tuple(r["variant"]) for r in plan])
+    ]
+    envs = list(dict.fromkeys(r["env"] for r in plan))
+    panels = ("greedy", "train_success", "zero_std", "entropy", "reward_std")
+    fig = Figure(figsize=(6.5 * len(envs), 2.6 * len(panels)))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), len(envs), squeeze=False)
+    for col, env in enumerate(envs):
+        for row, name in enumerate(panels):
+            ax = axes[row][col]
+            key = SIGNATURE_KEYS[name]
+            for label in dict.fromkeys(labels):
+                curves = []
+                for r, lab in zip(plan, labels, strict=True):
+                    if lab != label or r["env"] != env:
+                        continue
+                    rows = writers.read_metrics(
+                        os.path.join(sweep_dir, r["dir"], results.METRICS_NAME)
+                    )
+                    pts = [(x["step"], float(x[key])) for x in rows if x.get(key) is not None]
+                    if not pts:
+                        continue
+                    st, vs = [p[0] for p in pts], [p[1] for p in pts]
+                    if name != "greedy":
+                        vs = trailing_mean(st, vs, window)
+                    curves.append(dict(zip(st, vs, strict=True)))
+                if not curves:
+                    continue
+                common = sorted(set.intersection(*(set(c) for c in curves)))
+                values = np.array([[c[s] for s in common] for c in curves])
+                line = ax.plot(common, values.mean(0), label=f"{label} (n={len(curves)})")[0]
+                if len(curves) > 1:
+                    ax.fill_between(
+                        common, values.min(0), values.max(0), color=line.get_color(), alpha=0.2
+                    )
+            what = key if name == "greedy" else f"{key}, trailing mean over {window} steps"
+            ax.set_title(f"{env}: {what}", fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="The echo trap's collapse signature per run.")
+    p.add_argument("--sweep", required=True, help="sweep directory (holds sweep.json)")
+    p.add_argument("--out", default="", help="write signature.csv, signature.md, signature.png")
+    p.add_argument("--window", type=int, default=WINDOW, help="smoothing window, in steps")
+    args = p.parse_args(argv)
+    if args.window < 1:
+        p.error(f"--window={args.window}; allowed: >= 1")
+    try:
+        runs = signature(args.sweep, args.window)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    md = summary_markdown(runs)
+    print(md)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        writers.write_csv(os.path.join(args.out, "signature.csv"), runs)
+        writers.write_text(os.path.join(args.out, "signature.md"), md + "\n")
+        plot_signature(args.sweep, os.path.join(args.out, "signature.png"), args.window)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

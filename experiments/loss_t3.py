@@ -49,6 +49,8 @@ import json
 import os
 import sys
 
+# The project root on the path when run as a script (`configs` is not an installed package).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import base_policy
 from rl4agents import config_utils, results, sweep
 from rl4agents.train import writers

@@ -14,6 +14,7 @@ tests/test_sweep.py::test_committed_study__plans_and_every_config_passes_checks.
 from __future__ import annotations
 
 import collections
+import csv
 import json
 import math
 import pathlib
@@ -356,6 +357,89 @@ def test_loss_t3__seed_spread_by_hand(clean_env, tmp_path, capsys):
     )
     assert module.main([f"--sweep={tmp_path}", "--early=30"]) == 0
     assert capsys.readouterr().out.splitlines() == md
+    assert module.main([f"--sweep={tmp_path / 'nope'}"]) == 2
+    assert "holds no sweep.json" in capsys.readouterr().err
+
+
+def _echo_rows(zero_after=30, entropy_after=40, success_after=50):
+    """Metrics rows of steps 1-60: the share of zero-variance groups 0.5 then 1.0, entropy
+    1.0 then 0.2, batch success 0.3 then 0.1 (each switching after the given step), no reward
+    std; held-out greedy success 0.3, 0.28, 0.24 at steps 0, 20, 40."""
+    rows = [{"step": 0, "eval_test/greedy_success": 0.3}]
+    for s in range(1, 61):
+        rows.append(
+            {
+                "step": s,
+                "train/zero_std_groups": 0.5 if s <= zero_after else 1.0,
+                "train/entropy": 1.0 if s <= entropy_after else 0.2,
+                "train/success": 0.3 if s <= success_after else 0.1,
+            }
+        )
+        if s in (20, 40):
+            rows.append({"step": s, "eval_test/greedy_success": {20: 0.28, 40: 0.24}[s]})
+    return rows
+
+
+def test_echo_trap__collapse_signature_by_hand(clean_env, tmp_path, capsys):
+    module = config_utils.load_module("experiments/echo_trap.py", "study_echo_trap")
+    sig = module.run_signature(_echo_rows(), window=10)
+    # Zero-variance share, window 10 from step 10 on: at step 30 + k, (k + 0.5 (10 - k)) / 10
+    # reaches 0.8 at k = 6.
+    assert sig["zero_std_step"] == 36
+    assert (sig["zero_std_start"], sig["zero_std_end"]) == (0.5, 1.0)
+    # Entropy: the first full window (step 10) is 1.0, so the limit is 0.5; at step 40 + k the
+    # mean is (10 - k + 0.2 k) / 10 <= 0.5 first at k = 7 (0.44; k = 6 gives 0.52).
+    assert sig["entropy_step"] == 47
+    assert sig["entropy_start"] == 1.0 and math.isclose(sig["entropy_end"], 0.2)
+    # Batch success: peak 0.3, fallen at 0.25; at step 50 + k, (0.3 (10 - k) + 0.1 k) / 10 is
+    # 0.24 at k = 3 (0.26 at k = 2).
+    assert sig["train_fall_step"] == 53
+    # Held-out greedy: 0.3 at step 0, fallen at <= 0.25: step 40 (0.24; 0.28 is not).
+    assert sig["greedy_fall_step"] == 40
+    assert (sig["greedy_start"], sig["greedy_min"], sig["greedy_last"]) == (0.3, 0.24, 0.24)
+    assert sig["reward_std_step"] is None and sig["steps"] == 60
+    # A window of 1 reads the raw values: the first step after each switch.
+    raw = module.run_signature(_echo_rows(), window=1)
+    assert (raw["zero_std_step"], raw["entropy_step"], raw["train_fall_step"]) == (31, 41, 51)
+
+    # A sweep folder: two complete grpo runs and an unfinished critic run.
+    clean_env.setenv("ECHO_ENVS", "countdown")
+    clean_env.setenv("ECHO_SEEDS", "2")
+    study = sweep.load_study("experiments/echo_trap.py")
+    plan = []
+    for run in study.runs:
+        grpo = run.variant == ("countdown,grpo",) and run.seed == 0
+        if not (grpo or "ppo_gae" in run.name):
+            continue
+        d = tmp_path / run.dirname
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"finished": grpo}))
+        rows = _echo_rows(zero_after=40) if grpo else _echo_rows()
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        plan.append(
+            {"dir": run.dirname, "variant": list(run.variant), "env": "countdown", "seed": run.seed}
+        )
+    (tmp_path / "sweep.json").write_text(json.dumps({"study": "echo_trap", "runs": plan}))
+    runs = module.signature(str(tmp_path), window=10)
+    assert [(r["variant"], r["seed"], r["complete"]) for r in runs] == [
+        ("grpo", 0, True),
+        ("ppo_gae", 0, False),
+        ("ppo_gae", 1, False),
+    ]
+    assert runs[0]["zero_std_step"] == 46  # 40 + 6
+    md = module.summary_markdown(runs).splitlines()
+    assert len(md) == 3  # header, rule, grpo: unfinished runs are left out of the summary
+    # Variance at step 46, after batch success fell (53)? no: 46 <= 53; greedy fell at 40.
+    assert md[2] == (
+        "| countdown | grpo | 1 | 46 (1/1) | 47 (1/1) | never | 53 (1/1) | 40 (1/1) | 1/1 | 0/1 "
+        "| 0.300 -> 0.240 |"
+    )
+    out = tmp_path / "out"
+    assert module.main([f"--sweep={tmp_path}", f"--out={out}", "--window=10"]) == 0
+    assert capsys.readouterr().out.splitlines() == md
+    assert (out / "signature.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "signature.md").read_text().splitlines() == md
+    assert len(list(csv.DictReader(open(out / "signature.csv")))) == 3
     assert module.main([f"--sweep={tmp_path / 'nope'}"]) == 2
     assert "holds no sweep.json" in capsys.readouterr().err
 
