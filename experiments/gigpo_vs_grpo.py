@@ -6,6 +6,12 @@ points on ALFWorld and +9 on WebShop over GRPO with the same budget).
       --out=experiments/results/gigpo_vs_grpo --metric=eval_test.greedy_success \
       --baseline=grpo --strip='^[a-z_]+,' \
       --curve_key=eval_test/greedy_success,train/frac_steps_grouped,train/step_group_size
+  python experiments/gigpo_vs_grpo.py --sweep=experiments/results/gigpo_vs_grpo/raw \
+      --out=experiments/results/gigpo_vs_grpo
+
+The second command writes `grouped.md` and `grouped.csv`: per environment, over the GiGPO
+runs, the share of valid steps in anchor groups larger than one and the mean anchor-group
+size, over the whole run, its first EDGE steps and its last EDGE steps (`grouped_share`).
 
 GiGPO's step groups exist only where states repeat across a task's samples: every GiGPO run
 logs `train/frac_steps_grouped` (the share of valid steps whose anchor state another sample of the
@@ -41,10 +47,16 @@ time (`--workers=1`, as the learning runs, so each run's 20 minutes buy the same
 theirs) = 6.7 hours, plus each run's final evaluation on 512 tasks (about a minute).
 """
 
+import argparse
+import json
 import os
+import sys
 
+# The project root on the path when run as a script (`configs` is not an installed package).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import base_policy
-from rl4agents import config_utils, sweep
+from rl4agents import config_utils, results, sweep
+from rl4agents.train import writers
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _v3 = config_utils.load_module(os.path.join(_here, "learning_base_v3.py"), "learning_base_v3")
@@ -91,3 +103,101 @@ def get_sweep():
                 sweep.seeds(SEEDS),
             )
     return points
+
+
+EDGE = 10  # steps at each end of a run for the early and late grouped shares
+GROUPED_KEYS = {"grouped": "train/frac_steps_grouped", "group_size": "train/step_group_size"}
+
+
+def run_grouped(rows: list[dict], edge: int = EDGE) -> dict | None:
+    """One run's anchor-group statistics from its metrics.jsonl rows, None if it logged none:
+    "steps" (steps that logged them), and for "grouped" (share of valid steps in an anchor group
+    larger than one) and "group_size" (mean anchor-group size over valid steps) the mean over
+    all those steps, over the first `edge` of them (`*_early`) and over the last `edge`
+    (`*_late`)."""
+    out: dict = {}
+    for name, key in GROUPED_KEYS.items():
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        if not values:
+            return None
+        out["steps"] = len(values)
+        out[name] = sum(values) / len(values)
+        out[f"{name}_early"] = sum(values[:edge]) / len(values[:edge])
+        out[f"{name}_late"] = sum(values[-edge:]) / len(values[-edge:])
+    return out
+
+
+def grouped_share(sweep_dir: str, edge: int = EDGE) -> list[dict]:
+    """Per environment (plan order), over the complete runs that logged anchor groups (GiGPO's):
+    "env", "runs", and the mean and sample std over runs (`*_std`, None for one run) of each
+    `run_grouped` value."""
+    path = os.path.join(sweep_dir, sweep.PLAN_NAME)
+    if not os.path.exists(path):
+        raise ValueError(
+            f"--sweep={sweep_dir!r} holds no {sweep.PLAN_NAME}; allowed: an --out of "
+            "scripts/sweep.py or its make_table --raw copy"
+        )
+    with open(path) as f:
+        plan = json.load(f)["runs"]
+    per_env: dict[str, list[dict]] = {}
+    for r in plan:
+        workdir = os.path.join(sweep_dir, r["dir"])
+        if not results.is_complete(workdir):
+            continue
+        got = run_grouped(writers.read_metrics(os.path.join(workdir, results.METRICS_NAME)), edge)
+        if got is not None:
+            per_env.setdefault(r["env"], []).append(got)
+    rows = []
+    for env, runs in per_env.items():
+        row = {"env": env, "runs": len(runs)}
+        for key in [k for k in runs[0] if k != "steps"]:
+            stat = results.mean_std([x[key] for x in runs])
+            row[key], row[f"{key}_std"] = stat.mean, stat.std
+        rows.append(row)
+    return rows
+
+
+def grouped_markdown(rows: list[dict], edge: int = EDGE) -> str:
+    """`grouped_share`'s rows as a Markdown table: mean +- std over runs, 3 decimals."""
+
+    def show(row, key):
+        std = row[f"{key}_std"]
+        return f"{row[key]:.3f}" + ("" if std is None else f" ± {std:.3f}")
+
+    lines = [
+        f"| env | GiGPO runs | steps in groups > 1 | first {edge} steps | last {edge} steps "
+        f"| mean group size | first {edge} steps | last {edge} steps |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        cells = [r["env"], str(r["runs"])]
+        for name in GROUPED_KEYS:
+            cells += [show(r, name), show(r, f"{name}_early"), show(r, f"{name}_late")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="GiGPO's anchor groups per environment.")
+    p.add_argument("--sweep", required=True, help="sweep directory (holds sweep.json)")
+    p.add_argument("--out", default="", help="write grouped.csv and grouped.md here")
+    p.add_argument("--edge", type=int, default=EDGE, help="steps at each end of a run")
+    args = p.parse_args(argv)
+    if args.edge < 1:
+        p.error(f"--edge={args.edge}; allowed: >= 1")
+    try:
+        rows = grouped_share(args.sweep, args.edge)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    md = grouped_markdown(rows, args.edge)
+    print(md)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        writers.write_csv(os.path.join(args.out, "grouped.csv"), rows)
+        writers.write_text(os.path.join(args.out, "grouped.md"), md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

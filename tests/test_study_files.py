@@ -562,6 +562,52 @@ def test_gigpo_vs_grpo__web_shop_and_sokoban_paired_with_the_same_settings(clean
     assert {c.env.household.progress_reward for c in household} == {0.1}
 
 
+def test_gigpo_vs_grpo__grouped_share_by_hand(clean_env, tmp_path, capsys):
+    module = config_utils.load_module("experiments/gigpo_vs_grpo.py", "study_gigpo_vs_grpo")
+    study = sweep.load_study("experiments/gigpo_vs_grpo.py")
+    # GiGPO seeds 0 and 1 of web_shop: 30 steps, the grouped share rising linearly from
+    # 0.5 + k / 100 at step k (k = 0..29); seed 1 a constant 0.1 higher; group size 2 then 4.
+    # A grpo run (no anchor groups) and an unfinished GiGPO run (seed 2) are left out.
+    plan = []
+    for run in study.runs:
+        gigpo = run.variant[0].endswith("gigpo")
+        if run.variant[0].split(",")[0] != "web_shop" or run.seed > 2 or (not gigpo and run.seed):
+            continue
+        d = tmp_path / run.dirname
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"finished": run.seed < 2}))
+        rows = [{"step": 0, "eval_test/greedy_success": 0.1}]
+        for k in range(30):
+            row = {"step": k + 1, "train/success": 0.1}
+            if gigpo:
+                row["train/frac_steps_grouped"] = 0.5 + k / 100 + 0.1 * run.seed
+                row["train/step_group_size"] = 2.0 if k < 15 else 4.0
+            rows.append(row)
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        plan.append({"dir": run.dirname, "variant": list(run.variant), "env": "web_shop"})
+    assert len(plan) == 4
+    (tmp_path / "sweep.json").write_text(json.dumps({"study": "gigpo_vs_grpo", "runs": plan}))
+    (row,) = module.grouped_share(str(tmp_path), edge=10)
+    assert (row["env"], row["runs"]) == ("web_shop", 2)
+    # Seed 0: mean of 0.50..0.79 = 0.645, first ten 0.545, last ten 0.745; seed 1 each + 0.1.
+    assert math.isclose(row["grouped"], 0.695) and math.isclose(row["grouped_std"], 0.1 / 2**0.5)
+    assert math.isclose(row["grouped_early"], 0.595)
+    assert math.isclose(row["grouped_late"], 0.795)
+    assert (row["group_size"], row["group_size_early"], row["group_size_late"]) == (3.0, 2.0, 4.0)
+    assert row["group_size_std"] == 0.0
+    md = module.grouped_markdown([row], 10).splitlines()
+    assert md[2] == (
+        "| web_shop | 2 | 0.695 ± 0.071 | 0.595 ± 0.071 | 0.795 ± 0.071 | 3.000 ± 0.000 "
+        "| 2.000 ± 0.000 | 4.000 ± 0.000 |"
+    )
+    out = tmp_path / "out"
+    assert module.main([f"--sweep={tmp_path}", f"--out={out}", "--edge=10"]) == 0
+    assert capsys.readouterr().out.splitlines() == md
+    assert (out / "grouped.md").read_text().splitlines() == md
+    assert module.main([f"--sweep={tmp_path / 'nope'}"]) == 2
+    assert "holds no sweep.json" in capsys.readouterr().err
+
+
 def test_learning_base_v5__every_env_from_v5_at_half_temperature_with_v3_overrides(monkeypatch):
     monkeypatch.chdir(ROOT)
     for var in ("BASE_POLICY", "V5_ENVS", "V5_TEMPERATURE", "V5_SEEDS"):
