@@ -49,10 +49,11 @@ def env_sweep(
     eval_tasks: int = EVAL_TASKS,
     eval_every: int | None = None,
     overrides: dict | None = None,
+    first_seed: int = 0,
 ) -> list[sweep.Point]:
-    """The runs of `env`: GRPO from BASE_POLICY at LR, `seeds` seeds, at most `steps` steps
-    or `minutes` of training; in-run evaluation on `eval_tasks` held-out tasks every
-    `eval_every` steps (default: a tenth of `steps`); `overrides` on top."""
+    """The runs of `env`: GRPO from BASE_POLICY at LR, `seeds` seeds from `first_seed` on, at
+    most `steps` steps or `minutes` of training; in-run evaluation on `eval_tasks` held-out
+    tasks every `eval_every` steps (default: a tenth of `steps`); `overrides` on top."""
     return sweep.product(
         sweep.configs([f"configs/base_policy.py:{env}"]),
         sweep.fixed(
@@ -67,7 +68,7 @@ def env_sweep(
                 **(overrides or {}),
             }
         ),
-        sweep.seeds(seeds),
+        sweep.seeds(seeds, start=first_seed),
     )
 
 

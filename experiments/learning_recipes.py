@@ -82,7 +82,9 @@ samples at temperature T instead of 1, so the recipe's rows pair with the v5 run
 temperature (`experiments/learning_base_v5.py`, `V5_TEMPERATURE=T`) and differ from them in the
 recipe's setting alone. Recipes joined by `+` (for example `lr1e-4+bonus`) apply together;
 two that set the same setting are refused. `RECIPE_ENVS` picks the environments (default maze),
-`RECIPE_SEEDS` the seeds (default 3; 1 is a pilot, and more seeds later reuse its run).
+`RECIPE_SEEDS` the seeds (default 3; 1 is a pilot, and more seeds later reuse its run),
+`RECIPE_SEED0` the first seed (default 0; fresh seeds for a confirmatory run of a recipe
+chosen on seeds 0-2).
 Cost: about 20 minutes a run, one at a time.
 """
 
@@ -172,6 +174,9 @@ def parse(spec: str) -> tuple[str, float]:
 def get_sweep():
     name, temperature = parse(os.environ.get("RECIPE", "batch8x8"))
     seeds = int(os.environ.get("RECIPE_SEEDS", "3"))
+    first_seed = int(os.environ.get("RECIPE_SEED0", "0"))
+    if first_seed < 0:
+        raise ValueError(f"RECIPE_SEED0={first_seed}; allowed: >= 0")
     envs = [e for e in os.environ.get("RECIPE_ENVS", "maze").split(",") if e]
     unknown = sorted(set(envs) - set(ENVS))
     if unknown:
@@ -190,6 +195,7 @@ def get_sweep():
             steps or _learning.STEPS[env],
             minutes=_full.MINUTES,
             seeds=seeds,
+            first_seed=first_seed,
             eval_tasks=_full.EVAL_TASKS,
             eval_every=eval_every or _v3.EVAL_EVERY.get(env) or _full.EVAL_EVERY.get(env, 15),
             overrides={

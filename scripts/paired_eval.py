@@ -6,8 +6,9 @@
 For every environment of the study, the start policy (the runs' `init.params`, or the
 pretrained weights of their `model.checkpoint`; one per environment) and the latest checkpoint
 of each finished run are evaluated, greedy and sampled, on the same `--num_tasks` fixed tasks
-of `--split` (the runs' `train.eval_seed`), task by task (`Experiment.task_outcomes_fn`;
-`--task_batch` plays them a few at a time where all at once would not fit in memory).
+of `--split` (drawn with the runs' `train.eval_seed`, or with `--eval_seed` for a set of tasks
+no in-run evaluation saw), task by task (`Experiment.task_outcomes_fn`; `--task_batch` plays
+them a few at a time where all at once would not fit in memory).
 Because every policy meets the same tasks, the change from the start policy is paired: its 95%
 interval comes from a bootstrap that resamples seeds and tasks (`results.paired_bootstrap_ci`),
 so it covers both the spread between training runs and the sampling of the evaluation tasks.
@@ -107,11 +108,14 @@ def run_params(exp, config, workdir: str):
     return state.params, step
 
 
-def outcomes(exp, params, split: str, num_tasks: int, batch: int = 0) -> dict[str, np.ndarray]:
+def outcomes(
+    exp, params, split: str, num_tasks: int, batch: int = 0, seed: int | None = None
+) -> dict[str, np.ndarray]:
+    """Per-task outcomes of `params` on the `num_tasks` tasks that `seed` draws from `split`
+    (None: the run's `train.eval_seed`, the tasks of its own evaluations)."""
     fn = exp.task_outcomes_fn(split, num_tasks, batch)
-    return {
-        k: np.asarray(v) for k, v in jax.device_get(fn(params, exp.config.train.eval_seed)).items()
-    }
+    seed = exp.config.train.eval_seed if seed is None else seed
+    return {k: np.asarray(v) for k, v in jax.device_get(fn(params, seed)).items()}
 
 
 RUN_FILES = ("command.txt", "config.json", "summary.json", results.METRICS_NAME)
@@ -191,6 +195,14 @@ def main() -> None:
         "are drawn per batch, the same for every policy.",
     )
     ap.add_argument("--samples", type=int, default=10000, help="Bootstrap resamples.")
+    ap.add_argument(
+        "--eval_seed",
+        type=int,
+        default=None,
+        help="Draw the tasks (and sampling keys) with this seed instead of the runs' "
+        "train.eval_seed: a fresh set of held-out tasks that no run's in-run evaluation saw, "
+        "for a confirmatory evaluation.",
+    )
     ap.add_argument("--envs", default="", help="Comma-separated environments (default: all).")
     ap.add_argument(
         "--min_seeds", type=int, default=1, help="Leave out environments with fewer finished runs."
@@ -248,7 +260,9 @@ def main() -> None:
             base_params = exp.saved_params(first.init.params)
         else:  # LoRA adapters start at zero: the pretrained model's own policy
             base_params = exp.pretrained_params()
-        base_out = outcomes(exp, base_params, args.split, args.num_tasks, args.task_batch)
+        base_out = outcomes(
+            exp, base_params, args.split, args.num_tasks, args.task_batch, args.eval_seed
+        )
         for i in range(args.num_tasks):
             raw.append(_row(env, "base", "", i, base_out))
         rl_outs, minutes, steps, cpu_s = [], [], [], []
@@ -260,7 +274,7 @@ def main() -> None:
                     f"{runs[0]['workdir']}; allowed: one of each per environment"
                 )
             params, step = run_params(exp, config, r["workdir"])
-            out = outcomes(exp, params, args.split, args.num_tasks, args.task_batch)
+            out = outcomes(exp, params, args.split, args.num_tasks, args.task_batch, args.eval_seed)
             for i in range(args.num_tasks):
                 raw.append(_row(env, "rl", r["seed"], i, out))
             rl_outs.append(out)

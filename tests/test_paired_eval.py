@@ -154,3 +154,25 @@ def test_start_policy__saved_policy_else_pretrained_checkpoint_else_none(paired_
     assert paired_eval.start_policy(config) == ("model.checkpoint", "runs/models/m")
     config.init.params = "runs/base"  # a saved policy wins: its parameters are the start
     assert paired_eval.start_policy(config) == ("init.params", "runs/base")
+
+
+def test_outcomes__the_runs_eval_seed_unless_another_is_given(paired_eval):
+    calls = []
+
+    class FakeExperiment:
+        class config:  # noqa: N801  (the one field outcomes reads)
+            class train:  # noqa: N801
+                eval_seed = 1234
+
+        def task_outcomes_fn(self, split, num_tasks, batch):
+            def fn(params, seed):
+                calls.append((split, num_tasks, batch, params, seed))
+                return {"greedy_success": np.full(num_tasks, seed % 2, np.float32)}
+
+            return fn
+
+    exp = FakeExperiment()
+    out = paired_eval.outcomes(exp, "p", "test", 4, 2)
+    assert calls[-1] == ("test", 4, 2, "p", 1234) and out["greedy_success"].tolist() == [0] * 4
+    out = paired_eval.outcomes(exp, "p", "test", 4, 2, seed=7)
+    assert calls[-1] == ("test", 4, 2, "p", 7) and out["greedy_success"].tolist() == [1] * 4

@@ -67,6 +67,7 @@ _VARS = (
     "RECIPE",
     "RECIPE_ENVS",
     "RECIPE_SEEDS",
+    "RECIPE_SEED0",
 )
 DEFAULT_SEEDS = {
     "branching_estimators": 3,
@@ -759,6 +760,24 @@ def test_learning_recipes__the_temperature_1_runs_with_one_change(recipe, env, c
             _plan("learning_recipes")
     clean_env.setenv("RECIPE", "lr1e-4+lr3e-5")
     with pytest.raises(ValueError, match=r"RECIPE='lr1e-4\+lr3e-5' sets \['optim.lr'\] twice"):
+        _plan("learning_recipes")
+
+
+def test_learning_recipes__fresh_seeds_from_recipe_seed0_with_the_same_settings(clean_env):
+    clean_env.setenv("RECIPE", "lr1e-4")
+    clean_env.setenv("RECIPE_ENVS", "countdown")
+    _, _, first = _plan("learning_recipes")
+    clean_env.setenv("RECIPE_SEED0", "3")
+    clean_env.setenv("RECIPE_SEEDS", "5")
+    study, _, fresh = _plan("learning_recipes")
+    assert [c.seed for _, c in first] == [0, 1, 2]
+    assert [c.seed for _, c in fresh] == [3, 4, 5, 6, 7]
+    assert {r.name for r in study.runs}.isdisjoint({r.name for r, _ in first})
+    base = first[0][1].to_dict()
+    for _, c in fresh:  # the seed is all that differs
+        assert sweep.config_diff(base, c.to_dict()) == [f"seed: 0 -> {c.seed}"]
+    clean_env.setenv("RECIPE_SEED0", "-1")
+    with pytest.raises(ValueError, match=r"RECIPE_SEED0=-1; allowed: >= 0"):
         _plan("learning_recipes")
 
 
