@@ -198,18 +198,25 @@ def main() -> None:
     print(f"{improved} of {len(table)} environments improved (95% interval above 0)")
 
 
-def mde80(row: dict) -> float:
+def mde80(row: dict) -> float | str:
     """The smallest true change the row's paired evaluation detects with 80% probability at
-    the 5% level, from its bootstrap interval (normal approximation), to 4 decimals."""
-    low, high = float(row["delta_ci_low"]), float(row["delta_ci_high"])
+    the 5% level, from its bootstrap interval (normal approximation), to 4 decimals; "" for a
+    row without an interval."""
+    try:
+        low, high = float(row["delta_ci_low"]), float(row["delta_ci_high"])
+    except (KeyError, TypeError, ValueError):
+        return ""
     return round(results.detectable_difference(low, high), 4)
 
 
 def _numbers(row: dict) -> dict:
-    """`row` with its numeric strings as numbers (right-aligned in Markdown)."""
+    """`row` with its numeric strings as numbers (right-aligned in Markdown); values that are
+    numbers already stay as they are."""
     out = {}
     for key, value in row.items():
         out[key] = value
+        if not isinstance(value, str):
+            continue
         for kind in (int, float):
             try:
                 out[key] = kind(value)

@@ -97,6 +97,10 @@ def test_learning_table__chooses_highest_lower_bound_among_eligible_rows(tmp_pat
     assert float(table[0]["delta_mde80"]) == pytest.approx(0.0286, abs=1e-4)
     assert float(table[1]["delta_mde80"]) == pytest.approx(2.801585 * 0.105 / 1.959964, abs=1e-4)
     assert "detectable at 80%: 0.0286" in done.stdout
+    md = (out / "table.md").read_text()
+    header = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
+    maze = [c.strip() for c in md.splitlines()[2].strip("|").split("|")]
+    assert maze[header.index("delta_mde80")] == "0.0286"
     assert table[0]["settings"] == "loss.entropy_coef=0.125"
     why = {(r["study"], r["env"]): r["why_not"] for r in _read(out / "attempts.csv")}
     assert why == {
