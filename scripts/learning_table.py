@@ -13,20 +13,24 @@ and `--min_tasks` evaluation tasks, and its runs took at most `--max_minutes` ea
 environment the eligible row with the highest lower 95% bound (`delta_ci_low`) is chosen; a tie
 goes to the later source. Choosing the best of several attempts favours the chosen row, so the
 table says how many were eligible (`attempts`) and `attempts.csv` lists every source row,
-eligible or not, with the reason when it is not.
+eligible or not, with the reason when it is not. A source named in `--confirmatory` (a
+registered confirmation of an earlier row, run on new seeds) heads its environments when its
+row is eligible, whatever its lower bound: its result replaces the exploratory rows it was
+run to confirm, and the table marks it (`confirmatory`).
 
 Writes to --out:
   table.csv     the issue's columns (env,base_test,rl_test,delta,delta_ci_low,delta_ci_high,
                 seeds,eval_tasks,minutes), `delta_mde80` (the smallest true change in greedy
                 success the row's evaluation would detect with 80% probability at the 5%
                 level, from its interval's width: `results.detectable_difference`, normal
-                approximation; a null's power), then the source row's other columns, `study` (the
-                source folder's path from --out's parent, such as `learning_v5_rebuild/t1`),
+                approximation; a null's power), then the source row's other columns, `study`
+                (the source folder's path from --out's parent, such as
+                `learning_v5_rebuild/t1`), `confirmatory` (1 for a --confirmatory source),
                 `settings` (the runs' training settings that differ from the environment's
                 defaults in `configs/base_policy.py`) and `attempts`;
   table.md      the same as Markdown;
-  attempts.csv  every source row with `study`, `settings`, `start` (the runs' start policy),
-                `eligible` and `why_not`.
+  attempts.csv  every source row with `study`, `confirmatory`, `settings`, `start` (the runs'
+                start policy), `eligible` and `why_not`.
 Environments with no eligible row are absent from the table (and listed on stdout).
 """
 
@@ -122,14 +126,23 @@ def why_not(row: dict, start: str, args) -> str:
 
 def choose(attempts: list[dict]) -> list[dict]:
     """Per environment (in first-seen order), the eligible attempt with the highest
-    `delta_ci_low` (the later one on a tie), with `attempts`: the eligible count."""
+    `delta_ci_low` (the later one on a tie), unless an eligible attempt is `confirmatory`: then
+    that one (the later, if several); with `attempts`: the eligible count."""
     best: dict[str, dict] = {}
     count: dict[str, int] = {}
     for row in attempts:
         if row["eligible"]:
             env = row["env"]
             count[env] = count.get(env, 0) + 1
-            if env not in best or float(row["delta_ci_low"]) >= float(best[env]["delta_ci_low"]):
+            held = best.get(env)
+            if (
+                held is None
+                or row.get("confirmatory")
+                or (
+                    not held.get("confirmatory")
+                    and float(row["delta_ci_low"]) >= float(held["delta_ci_low"])
+                )
+            ):
                 best[env] = row
     return [{**row, "attempts": count[env]} for env, row in best.items()]
 
@@ -145,10 +158,20 @@ def main() -> None:
         help="the start policy's checkpoint.params_digest: rows evaluated from another build "
         "of --base (the same path, other weights) or with no digest recorded are not eligible",
     )
+    ap.add_argument(
+        "--confirmatory",
+        default="",
+        help="comma-separated sources (among the positional ones) that are registered "
+        "confirmations: their eligible rows head their environments",
+    )
     ap.add_argument("--min_seeds", type=int, default=3)
     ap.add_argument("--min_tasks", type=int, default=512)
     ap.add_argument("--max_minutes", type=float, default=20.0)
     args = ap.parse_args()
+    confirmatory = {os.path.normpath(c) for c in args.confirmatory.split(",") if c}
+    unknown = sorted(confirmatory - {os.path.normpath(s) for s in args.sources})
+    if unknown:
+        ap.error(f"--confirmatory names {unknown}; allowed: sources given as positional arguments")
     attempts, extra = [], []
     for source in args.sources:
         for row in read_rows(source):
@@ -160,6 +183,7 @@ def main() -> None:
                     **row,
                     "delta_mde80": mde80(row),
                     "study": study,
+                    "confirmatory": int(os.path.normpath(source) in confirmatory),
                     "settings": settings(source, row["env"]),
                     "start": start,
                     "eligible": not reason,
@@ -174,7 +198,7 @@ def main() -> None:
                 else extra + [c for c in header if c not in extra]
             )
     table = choose(attempts)
-    columns = [*COLUMNS, "delta_mde80", *extra, "study", "settings", "attempts"]
+    columns = [*COLUMNS, "delta_mde80", *extra, "study", "confirmatory", "settings", "attempts"]
     os.makedirs(args.out, exist_ok=True)
     writers.write_csv(os.path.join(args.out, "table.csv"), table, columns, ignore_extra=True)
     with open(os.path.join(args.out, "table.md"), "w") as f:
@@ -182,14 +206,25 @@ def main() -> None:
     writers.write_csv(
         os.path.join(args.out, "attempts.csv"),
         attempts,
-        [*COLUMNS, "delta_mde80", *extra, "study", "settings", "start", "eligible", "why_not"],
+        [
+            *COLUMNS,
+            "delta_mde80",
+            *extra,
+            "study",
+            "confirmatory",
+            "settings",
+            "start",
+            "eligible",
+            "why_not",
+        ],
         ignore_extra=True,
     )
     for row in table:
         print(
             f"{row['env']}: {row['delta']} [{row['delta_ci_low']}, {row['delta_ci_high']}] "
-            f"from {row['study']} (best of {row['attempts']} eligible; detectable at 80%: "
-            f"{row['delta_mde80']})"
+            f"from {row['study']} "
+            + ("(confirmatory" if row["confirmatory"] else "(best")
+            + f" of {row['attempts']} eligible; detectable at 80%: {row['delta_mde80']})"
         )
     chosen = {r["env"] for r in table}
     for env in dict.fromkeys(r["env"] for r in attempts if r["env"] not in chosen):

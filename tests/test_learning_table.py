@@ -117,6 +117,32 @@ def test_learning_table__chooses_highest_lower_bound_among_eligible_rows(tmp_pat
     assert "| maze " in (out / "table.md").read_text()
 
 
+def test_learning_table__a_confirmatory_row_heads_its_env_whatever_its_lower_bound(lt):
+    def row(source, low, confirmatory=0, eligible=True):
+        return {"env": "countdown", "study": source, "delta_ci_low": str(low),
+                "confirmatory": confirmatory, "eligible": eligible}  # fmt: skip
+
+    explore = [row("a", 0.01), row("b", -0.003)]
+    assert [r["study"] for r in lt.choose(explore)] == ["a"]
+    # The confirmation's null (-0.02) replaces the exploratory rows, later ones too.
+    chosen = lt.choose([*explore, row("confirm", -0.02, 1), row("c", 0.05)])
+    assert [(r["study"], r["attempts"]) for r in chosen] == [("confirm", 4)]
+    # An ineligible confirmation does not.
+    chosen = lt.choose([*explore, row("confirm", 0.02, 1, eligible=False)])
+    assert [r["study"] for r in chosen] == ["a"]
+
+
+def test_learning_table__confirmatory_must_name_a_source(tmp_path):
+    source = _source(tmp_path, "s", [["maze", 0.1, 0.2, 0.1, 0.05, 0.15, 3, 512, 15.0]], {})
+    done = subprocess.run(
+        [sys.executable, "scripts/learning_table.py", f"--out={tmp_path / 'out'}", "--base=x",
+         "--confirmatory=elsewhere", source],
+        cwd=ROOT_DIR, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--confirmatory names ['elsewhere']; allowed: sources given as positional" in done.stderr
+
+
 def test_learning_table__settings_default_and_unknown(lt, tmp_path):
     source = _source(tmp_path, "s", [], {"frozen_lake": "x"})
     assert lt.settings(source, "frozen_lake") == "loss.entropy_coef=0.125"
