@@ -22,7 +22,9 @@ Writes to --out:
                  two-sided sign-flip test over seeds, the runs' CPU-hours (process CPU
                  time, every thread, summed over seeds; the evaluation here not included) and
                  `base_digest`, the start policy's `checkpoint.params_digest` (two builds of
-                 one checkpoint path differ there);
+                 one checkpoint path differ there), and `eval_seed`, the seed that drew
+                 the tasks (with --eval_seed, the curves' step 0 is the start policy on
+                 those tasks, their later points the runs' own evaluations);
   table.md       the same as Markdown;
   curves.png     per environment: held-out greedy success at the runs' evaluations (mean over
                  seeds, min-max band; step 0 is the start policy on --num_tasks tasks) and the
@@ -67,6 +69,7 @@ EXTRA = (
     "p_sign_flip",
     "cpu_hours",
     "base_digest",
+    "eval_seed",
 )
 
 
@@ -286,6 +289,7 @@ def main() -> None:
         exp.close()
         info = {"minutes": minutes, "steps": steps, "cpu_s": cpu_s, "variant": runs[0]["variant"]}
         info["base_digest"] = checkpoint_lib.params_digest(base_params)
+        info["eval_seed"] = first.train.eval_seed if args.eval_seed is None else args.eval_seed
         row = env_row(env, base_out, rl_outs, [r["seed"] for r in runs], info, args.samples)
         table.append(row)
         b = base_out["greedy_success"]
@@ -333,7 +337,8 @@ def env_row(
         same N tasks as `base_out`.
       seeds: the S seeds, in the order of `rl_outs`.
       info: "minutes", "steps", "cpu_s" (per seed) and "variant" (a list of names) of the runs,
-        and "base_digest" (the start policy's `checkpoint.params_digest`; "" when absent).
+        "base_digest" (the start policy's `checkpoint.params_digest`; "" when absent) and
+        "eval_seed" (the seed that drew the tasks; "" when absent).
       samples: bootstrap replicates of the paired interval.
 
     Returns:
@@ -375,6 +380,7 @@ def env_row(
         "p_sign_flip": None if p is None else round(p, 4),
         "cpu_hours": round(float(np.sum(info["cpu_s"])) / 3600, 2),
         "base_digest": info.get("base_digest", ""),
+        "eval_seed": info.get("eval_seed", ""),
     }
 
 

@@ -66,6 +66,9 @@ def test_env_row__means_interval_and_extras_by_hand(paired_eval):
     assert row["p_sign_flip"] == 0.5
     assert row["cpu_hours"] == 1.0  # 3,600 CPU-seconds summed over seeds
     assert row["variant"] == "maze"
+    assert row["eval_seed"] == ""  # not given
+    info = {**INFO, "variant": ["maze"], "eval_seed": 20261207}
+    assert paired_eval.env_row("maze", base, rl, [0, 1, 2], info, 2000)["eval_seed"] == 20261207
 
 
 def test_env_row__a_change_on_every_task_and_seed_has_a_degenerate_interval(paired_eval):
