@@ -20,7 +20,7 @@ train/zero_std_groups,train/entropy,train/reward_std,train/mi/gap
 The second command reads the collapse signature off each run (`signature`): the step at which
 the share of groups without reward variance reaches ZERO_STD_LEVEL, entropy and reward std
 fall to ENTROPY_FRACTION of their start, batch success falls SUCCESS_DROP below its peak, and
-held-out greedy success SUCCESS_DROP below the start policy's, every per-step series a trailing
+held-out greedy success SUCCESS_DROP below the start policy's, every per-step series a centred
 mean over WINDOW steps; `signature.md` gives per variant the median steps and how often the
 variance collapsed first, `signature.png` the curves.
 
@@ -153,9 +153,10 @@ def get_sweep():
     return points
 
 
-# The collapse signature (`signature`): each per-step series is smoothed by a trailing mean over
-# WINDOW steps before a crossing is read, so one unlucky batch does not count as a collapse.
-WINDOW = 20
+# The collapse signature (`signature`): each per-step series is smoothed by a centred mean over
+# WINDOW + 1 steps (WINDOW / 2 either side) before a crossing is read, so one unlucky batch does
+# not count as a collapse and the smoothing does not delay a crossing.
+WINDOW = 10
 ZERO_STD_LEVEL = 0.8  # a collapsed batch: at least this share of groups without reward variance
 ENTROPY_FRACTION = 0.5  # entropy collapsed: at or below this fraction of its first window's
 SUCCESS_DROP = 0.05  # success fallen: this far below the start (held-out) or the peak (batch)
@@ -168,16 +169,20 @@ SIGNATURE_KEYS = {
 }
 
 
-def trailing_mean(steps: list[int], values: list[float], window: int) -> list[float]:
-    """values[i] replaced by the mean of the values logged at steps (steps[i] - window,
-    steps[i]]: a trailing window in steps, not rows, so a gap in the log does not stretch it."""
-    out, lo, total = [], 0, 0.0
-    for i, (step, v) in enumerate(zip(steps, values, strict=True)):
-        total += v
-        while steps[lo] <= step - window:
+def centred_mean(steps: list[int], values: list[float], window: int) -> list[float]:
+    """values[i] replaced by the mean of the values logged at steps in
+    [steps[i] - window // 2, steps[i] + window // 2] (steps ascending): a window in steps, not
+    rows, so a gap in the log does not stretch it."""
+    half = window // 2
+    out, lo, hi, total = [], 0, 0, 0.0
+    for step in steps:
+        while hi < len(steps) and steps[hi] <= step + half:
+            total += values[hi]
+            hi += 1
+        while steps[lo] < step - half:
             total -= values[lo]
             lo += 1
-        out.append(total / (i - lo + 1))
+        out.append(total / (hi - lo))
     return out
 
 
@@ -187,35 +192,38 @@ def first_step(steps: list[int], values: list[float], hit) -> int | None:
 
 
 def smoothed(rows: list[dict], key: str, window: int) -> tuple[list[int], list[float]]:
-    """(steps, trailing means over `window` steps) of `key` in metrics rows, from the first step
-    whose window is full (the first logged step + window - 1) on; empty if never logged."""
+    """(steps, centred means over `window` steps) of `key` in metrics rows, at the steps whose
+    window lies inside the logged steps (from the first + window // 2 to the last -
+    window // 2); empty if there are none."""
     pts = [(r["step"], float(r[key])) for r in rows if r.get(key) is not None]
     if not pts:
         return [], []
     steps, values = [p[0] for p in pts], [p[1] for p in pts]
-    means = trailing_mean(steps, values, window)
-    first = steps[0] + window - 1
-    kept = [(s, v) for s, v in zip(steps, means, strict=True) if s >= first]
+    means = centred_mean(steps, values, window)
+    lo, hi = steps[0] + window // 2, steps[-1] - window // 2
+    kept = [(s, v) for s, v in zip(steps, means, strict=True) if lo <= s <= hi]
     return [s for s, _ in kept], [v for _, v in kept]
 
 
 def run_signature(rows: list[dict], window: int = WINDOW) -> dict:
     """The collapse signature of one run's metrics.jsonl rows.
 
-    Every per-step series is a trailing mean over `window` steps, read from the first full
-    window on. Returns a dict of steps (None where the event never happens):
+    Every per-step series is a centred mean over `window` steps (`smoothed`). Returns a dict of
+    steps (None where the event never happens):
       "zero_std_step": the first step whose share of zero-variance groups reaches
         ZERO_STD_LEVEL;
-      "entropy_step": the first step whose entropy is at most ENTROPY_FRACTION x the first full
-        window's;
+      "entropy_step": the first step whose entropy is at most ENTROPY_FRACTION x the first
+        window's (None when that is 0);
       "reward_std_step": the same for the batch's reward std;
       "train_fall_step": the first step at which batch success is SUCCESS_DROP or more below
         its highest value so far;
       "greedy_fall_step": the first in-run evaluation after step 0 whose held-out greedy
-        success is SUCCESS_DROP or more below the step-0 evaluation (the start policy's);
+        success is SUCCESS_DROP or more below the step-0 evaluation (the start policy's), and
+        "greedy_prev_step" the evaluation before it (where it had not fallen yet): the fall
+        happened between the two;
     and "greedy_start", "greedy_min", "greedy_last" (held-out greedy success at step 0, its
     lowest and its last in-run value), "entropy_start", "entropy_end", "zero_std_start",
-    "zero_std_end" (first and last full window), and "steps" (the last logged step).
+    "zero_std_end" (first and last window), and "steps" (the last logged step).
     """
     out: dict = {}
     st, zs = smoothed(rows, SIGNATURE_KEYS["zero_std"], window)
@@ -223,8 +231,9 @@ def run_signature(rows: list[dict], window: int = WINDOW) -> dict:
     out["zero_std_start"], out["zero_std_end"] = (zs[0], zs[-1]) if zs else (None, None)
     for name in ("entropy", "reward_std"):
         st, sm = smoothed(rows, SIGNATURE_KEYS[name], window)
-        limit = ENTROPY_FRACTION * sm[0] if sm else 0.0
-        out[f"{name}_step"] = first_step(st, sm, lambda v, c=limit: v <= c)
+        start = sm[0] if sm else 0.0
+        limit = ENTROPY_FRACTION * start
+        out[f"{name}_step"] = first_step(st, sm, lambda v, c=limit: v <= c) if start > 0 else None
         if name == "entropy":
             out["entropy_start"], out["entropy_end"] = (sm[0], sm[-1]) if sm else (None, None)
     st, sm = smoothed(rows, SIGNATURE_KEYS["train_success"], window)
@@ -238,11 +247,13 @@ def run_signature(rows: list[dict], window: int = WINDOW) -> dict:
     out["greedy_start"] = start
     out["greedy_min"] = min(v for _, v in evals) if evals else None
     out["greedy_last"] = evals[-1][1] if evals else None
-    out["greedy_fall_step"] = (
+    fall = (
         None
         if start is None
-        else next((s for s, v in evals[1:] if v <= start - SUCCESS_DROP), None)
+        else next((i for i, (_, v) in enumerate(evals) if i and v <= start - SUCCESS_DROP), None)
     )
+    out["greedy_fall_step"] = None if fall is None else evals[fall][0]
+    out["greedy_prev_step"] = None if fall is None else evals[fall - 1][0]
     out["steps"] = max((r["step"] for r in rows), default=0)
     return out
 
@@ -288,11 +299,23 @@ def _before(runs: list[dict], early: str, late: str) -> str:
     return f"{k}/{len(late_runs)}"
 
 
+def _before_greedy(runs: list[dict]) -> str:
+    """ "b / t / a": of the runs whose held-out greedy success fell, those whose zero-variance
+    step came before the last evaluation ahead of the fall (b), between it and the fall's (t:
+    the evaluations cannot order them) and after the fall or never (a)."""
+    fell = [r for r in runs if r["greedy_fall_step"] is not None]
+    z = [r["zero_std_step"] for r in fell]
+    before = sum(s is not None and s <= r["greedy_prev_step"] for s, r in zip(z, fell))
+    after = sum(s is None or s > r["greedy_fall_step"] for s, r in zip(z, fell))
+    return f"{before} / {len(fell) - before - after} / {after}"
+
+
 def summary_markdown(runs: list[dict]) -> str:
     """Per environment and variant, over its complete runs: the median step of each collapse
-    event with the runs in which it happened, how often the share of zero-variance groups
-    reached ZERO_STD_LEVEL no later than batch success and held-out greedy success fell, and
-    the median held-out greedy success (in-run evaluations) at step 0 and at the end."""
+    event with the runs in which it happened; whether the share of zero-variance groups
+    reached ZERO_STD_LEVEL no later than batch success fell (k of the runs where it fell) and
+    before, between or after the evaluations that saw held-out greedy success fall; and the
+    median held-out greedy success (in-run evaluations) at step 0 and at the end."""
 
     def show(v):
         return "-" if v is None else f"{v:.3f}"
@@ -300,7 +323,7 @@ def summary_markdown(runs: list[dict]) -> str:
     lines = [
         "| env | variant | runs | zero-variance step | entropy step | reward-std step "
         "| batch-success fall step | greedy fall step | variance first (batch) "
-        "| variance first (greedy) | greedy, start -> end |",
+        "| variance before / with / after greedy fall | greedy, start -> end |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     keys = ("zero_std_step", "entropy_step", "reward_std_step", "train_fall_step")
@@ -314,7 +337,7 @@ def summary_markdown(runs: list[dict]) -> str:
             hit = [r[key] for r in rs if r[key] is not None]
             cells.append(f"{_median(hit):g} ({len(hit)}/{len(rs)})" if hit else "never")
         cells.append(_before(rs, "zero_std_step", "train_fall_step"))
-        cells.append(_before(rs, "zero_std_step", "greedy_fall_step"))
+        cells.append(_before_greedy(rs))
         start = _median([r["greedy_start"] for r in rs])
         cells.append(f"{show(start)} -> {show(_median([r['greedy_last'] for r in rs]))}")
         lines.append("| " + " | ".join(cells) + " |")
@@ -323,8 +346,8 @@ def summary_markdown(runs: list[dict]) -> str:
 
 def plot_signature(sweep_dir: str, png: str, window: int = WINDOW) -> None:
     """One column per environment, rows: held-out greedy success (in-run evaluations), batch
-    success, the share of zero-variance groups, entropy and reward std (the last four a trailing
-    mean over `window` steps); per variant the mean over its runs, band min-max."""
+    success, the share of zero-variance groups, entropy and reward std (the last four a centred
+    mean over `window` steps); per variant the mean over its complete runs, band min-max."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -345,7 +368,8 @@ def plot_signature(sweep_dir: str, png: str, window: int = WINDOW) -> None:
             for label in dict.fromkeys(labels):
                 curves = []
                 for r, lab in zip(plan, labels, strict=True):
-                    if lab != label or r["env"] != env:
+                    done = results.is_complete(os.path.join(sweep_dir, r["dir"]))
+                    if lab != label or r["env"] != env or not done:
                         continue
                     rows = writers.read_metrics(
                         os.path.join(sweep_dir, r["dir"], results.METRICS_NAME)
@@ -355,7 +379,7 @@ def plot_signature(sweep_dir: str, png: str, window: int = WINDOW) -> None:
                         continue
                     st, vs = [p[0] for p in pts], [p[1] for p in pts]
                     if name != "greedy":
-                        vs = trailing_mean(st, vs, window)
+                        vs = centred_mean(st, vs, window)
                     curves.append(dict(zip(st, vs, strict=True)))
                 if not curves:
                     continue
@@ -366,7 +390,7 @@ def plot_signature(sweep_dir: str, png: str, window: int = WINDOW) -> None:
                     ax.fill_between(
                         common, values.min(0), values.max(0), color=line.get_color(), alpha=0.2
                     )
-            what = key if name == "greedy" else f"{key}, trailing mean over {window} steps"
+            what = key if name == "greedy" else f"{key}, centred mean over {window} steps"
             ax.set_title(f"{env}: {what}", fontsize=9)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)

@@ -384,24 +384,27 @@ def _echo_rows(zero_after=30, entropy_after=40, success_after=50):
 def test_echo_trap__collapse_signature_by_hand(clean_env, tmp_path, capsys):
     module = config_utils.load_module("experiments/echo_trap.py", "study_echo_trap")
     sig = module.run_signature(_echo_rows(), window=10)
-    # Zero-variance share, window 10 from step 10 on: at step 30 + k, (k + 0.5 (10 - k)) / 10
-    # reaches 0.8 at k = 6.
-    assert sig["zero_std_step"] == 36
+    # Centred means over steps s - 5 .. s + 5 (11 values), read at steps 6-55. Zero-variance
+    # share at step 25 + k: (k + 0.5 (11 - k)) / 11 reaches 0.8 first at k = 7.
+    assert sig["zero_std_step"] == 32
     assert (sig["zero_std_start"], sig["zero_std_end"]) == (0.5, 1.0)
-    # Entropy: the first full window (step 10) is 1.0, so the limit is 0.5; at step 40 + k the
-    # mean is (10 - k + 0.2 k) / 10 <= 0.5 first at k = 7 (0.44; k = 6 gives 0.52).
-    assert sig["entropy_step"] == 47
+    # Entropy: the first window (step 6) is 1.0, so the limit is 0.5; at step 35 + k the mean
+    # is (11 - 0.8 k) / 11 <= 0.5 first at k = 7 (0.491; k = 6 gives 0.564).
+    assert sig["entropy_step"] == 42
     assert sig["entropy_start"] == 1.0 and math.isclose(sig["entropy_end"], 0.2)
-    # Batch success: peak 0.3, fallen at 0.25; at step 50 + k, (0.3 (10 - k) + 0.1 k) / 10 is
-    # 0.24 at k = 3 (0.26 at k = 2).
-    assert sig["train_fall_step"] == 53
-    # Held-out greedy: 0.3 at step 0, fallen at <= 0.25: step 40 (0.24; 0.28 is not).
-    assert sig["greedy_fall_step"] == 40
+    # Batch success: peak 0.3, fallen at 0.25; at step 45 + k, (3.3 - 0.2 k) / 11 is 0.245 at
+    # k = 3 (0.264 at k = 2).
+    assert sig["train_fall_step"] == 48
+    # Held-out greedy: 0.3 at step 0, fallen at <= 0.25: step 40 (0.24; 0.28 at 20 is not).
+    assert (sig["greedy_fall_step"], sig["greedy_prev_step"]) == (40, 20)
     assert (sig["greedy_start"], sig["greedy_min"], sig["greedy_last"]) == (0.3, 0.24, 0.24)
     assert sig["reward_std_step"] is None and sig["steps"] == 60
     # A window of 1 reads the raw values: the first step after each switch.
     raw = module.run_signature(_echo_rows(), window=1)
     assert (raw["zero_std_step"], raw["entropy_step"], raw["train_fall_step"]) == (31, 41, 51)
+    # A series that starts at 0 has no collapse to find.
+    flat = [{**r, "train/reward_std": 0.0} for r in _echo_rows() if "train/success" in r]
+    assert module.run_signature(flat, window=10)["reward_std_step"] is None
 
     # A sweep folder: two complete grpo runs and an unfinished critic run.
     clean_env.setenv("ECHO_ENVS", "countdown")
@@ -427,14 +430,18 @@ def test_echo_trap__collapse_signature_by_hand(clean_env, tmp_path, capsys):
         ("ppo_gae", 0, False),
         ("ppo_gae", 1, False),
     ]
-    assert runs[0]["zero_std_step"] == 46  # 40 + 6
+    assert runs[0]["zero_std_step"] == 42  # 35 + 7
     md = module.summary_markdown(runs).splitlines()
     assert len(md) == 3  # header, rule, grpo: unfinished runs are left out of the summary
-    # Variance at step 46, after batch success fell (53)? no: 46 <= 53; greedy fell at 40.
+    # Variance at step 42: before batch success fell (48), after the evaluation at step 40
+    # that saw greedy success fall (from the one at 20): "0 / 0 / 1".
     assert md[2] == (
-        "| countdown | grpo | 1 | 46 (1/1) | 47 (1/1) | never | 53 (1/1) | 40 (1/1) | 1/1 | 0/1 "
-        "| 0.300 -> 0.240 |"
+        "| countdown | grpo | 1 | 42 (1/1) | 42 (1/1) | never | 48 (1/1) | 40 (1/1) | 1/1 "
+        "| 0 / 0 / 1 | 0.300 -> 0.240 |"
     )
+    late = {**runs[0], "greedy_prev_step": 40, "greedy_fall_step": 60}
+    early = {**runs[0], "greedy_prev_step": 45, "greedy_fall_step": 50}
+    assert module._before_greedy([late, early, {**early, "zero_std_step": None}]) == "1 / 1 / 1"
     out = tmp_path / "out"
     assert module.main([f"--sweep={tmp_path}", f"--out={out}", "--window=10"]) == 0
     assert capsys.readouterr().out.splitlines() == md
