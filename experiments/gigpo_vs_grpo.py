@@ -43,8 +43,8 @@ and maze under another protocol (a learning rate tuned for each, a fixed number 
 rollouts at temperature 1); this study keeps the learning runs' wall-clock budget.
 
 Cost on a 2-core CPU: 2 variants x 2 environments x 5 seeds = 20 runs x 20 minutes, one at a
-time (`--workers=1`, as the learning runs, so each run's 20 minutes buy the same updates as
-theirs) = 6.7 hours, plus each run's final evaluation on 512 tasks (about a minute).
+time (`--workers=1`, as the learning runs: a wall-clock budget shared with another run on two
+cores would buy fewer updates) = 6.7 hours, plus each run's final evaluation on 512 tasks.
 """
 
 import argparse

@@ -51,7 +51,8 @@ Statistics (table.csv, one row per environment x variant x metric, and its Markd
   (`--p_test=sign_flip`; at least 2 / 2^n, 0.25 with 3 seeds). table.md names the test it shows.
   `diff_mde80`: the smallest true difference the paired comparison would detect with 80%
   probability at the 5% level, (t_{0.975, n-1} + t_{0.8, n-1}) x the difference's standard
-  error (`rl4agents.results.detectable_difference`): the power of a null.
+  error (`rl4agents.results.detectable_difference`): the power of a null; empty under
+  `--p_test=sign_flip` (with fewer than 6 seeds it can never reach p < 0.05).
 - Sample efficiency, from the metric's learning curve in metrics.jsonl (eval_test.greedy_success
   -> eval_test/greedy_success; empty for a metric without one, wall_s): `auc` (with
   `auc_ci_low`/`auc_ci_high`), the area under the curve over the steps the run trained,
@@ -581,8 +582,10 @@ def _same_tasks(a: Entry, b: Entry) -> None:
 def paired_diff(
     runs: list[Entry], base: list[Entry], key: str, p_test: str, level: float = LEVEL
 ) -> dict:
-    """Per seed, run minus baseline run of that seed on `key`; the mean, its t interval and the
-    p-value of `p_test` (`results.paired_t_p` or `results.sign_flip_p`). Seeds either side
+    """Per seed, run minus baseline run of that seed on `key`; the mean, its t interval, the
+    p-value of `p_test` (`results.paired_t_p` or `results.sign_flip_p`) and, for the t-test,
+    the difference it detects with 80% probability (`results.detectable_difference`; None under
+    the sign-flip test, whose smallest p-value with n seeds is 2 / 2^n). Seeds either side
     lacks are left out."""
     mine, theirs = dict(_values(runs, key)), dict(_values(base, key))
     for group in (runs, base):
@@ -608,7 +611,7 @@ def paired_diff(
         "p": p_fn(diffs) if diffs else None,
         "pairs": len(diffs),
         "mde80": None
-        if iv is None or iv.low is None
+        if p_test != "t" or iv is None or iv.low is None
         else results.detectable_difference(iv.low, iv.high, df=iv.n - 1, level=level),
     }
 

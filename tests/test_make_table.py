@@ -284,6 +284,7 @@ def test_make_table__ci_paired_diff_auc_and_reach(two_variants, tmp_path):
     assert _make_table().main([*args, "--p_test=sign_flip", "--reach=0.95"]) == 0
     opo = _csv(out / "table.csv")[1]
     assert float(opo["diff_p"]) == 0.25
+    assert opo["diff_mde80"] == ""  # no power formula for the sign-flip test
     assert "p: exact sign-flip permutation test" in (out / "table.md").read_text()
     # Success 0.95: grpo never; opo only seed 2 (at step 20): the median is "never".
     grpo, opo = _csv(out / "table.csv")
