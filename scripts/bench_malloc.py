@@ -67,6 +67,7 @@ out["minflt"] = r1.ru_minflt - r0.ru_minflt
 out["utime"] = r1.ru_utime - r0.ru_utime
 out["stime"] = r1.ru_stime - r0.ru_stime
 out["wall"] = time.perf_counter() - t0
+out["t0"] = t0  # the monotonic clock at the first timed step, comparable across processes
 print("RESULT " + json.dumps(out))
 exp.close()
 """

@@ -12,7 +12,8 @@ they compete for cores and memory bandwidth. Each round runs the config (with it
 `--config.KEY=VALUE` overrides and its `init.params` when it has one) in one process alone,
 then in N identical processes at once (the same seed, so the same work): `--steps` timed
 training steps after two warm-up steps (the first compiles), in processes set up as a sweep's
-workers (one XLA CPU device, glibc's huge-page tunable). Prints per setting the median step
+workers (one XLA CPU device, glibc's huge-page tunable); of the N at once, only the steps that
+ran while all N were timing count. Prints per setting the median step
 time and the throughput against one process alone, N x (median step alone) / (median step
 together): above 1, a study of a fixed number of steps finishes that many times sooner with N
 workers; a run with a wall-clock budget gets (median alone) / (median together) of the steps it
@@ -27,6 +28,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench_malloc  # noqa: E402
@@ -60,9 +63,38 @@ def finish(proc: subprocess.Popen) -> dict:
 
 
 def run_together(config: str, overrides: list[str], steps: int, n: int) -> list[dict]:
-    """n identical training processes started at once; their results in start order."""
+    """n identical training processes started at once; their results in start order, each
+    cut to the steps that ran while every process was in its timed steps (`overlapping`)."""
     procs = [start(config, overrides, steps) for _ in range(n)]
-    return [finish(p) for p in procs]
+    return overlapping([finish(p) for p in procs])
+
+
+def overlapping(results: list[dict]) -> list[dict]:
+    """`results` with each one's "times" and "metrics" cut to the steps that lie wholly inside
+    the span when every process was timing steps, [latest start, earliest end] on the shared
+    monotonic clock ("t0" plus the step times), so a process that compiled sooner is not timed
+    while it still had the cores to itself; "kept" lists the step indices kept. A process with
+    no step inside keeps its first."""
+    spans = [(r["t0"], r["t0"] + sum(r["times"])) for r in results]
+    lo, hi = max(a for a, _ in spans), min(b for _, b in spans)
+    out = []
+    for r in results:
+        ends = r["t0"] + np.cumsum(r["times"])
+        keep = [
+            i for i, (end, t) in enumerate(zip(ends, r["times"])) if end - t >= lo and end <= hi
+        ]
+        keep = keep or [0]
+        times, metrics = [r["times"][i] for i in keep], [r["metrics"][i] for i in keep]
+        out.append({**r, "times": times, "metrics": metrics, "kept": keep})
+    return out
+
+
+def _same(result: dict, reference: list[dict]) -> bool:
+    """Whether a result's metrics equal `reference`'s at the steps it kept."""
+    kept = result.get("kept", range(len(result["metrics"])))
+    return len(result["metrics"]) == len(kept) and all(
+        m == reference[i] for m, i in zip(result["metrics"], kept, strict=True)
+    )
 
 
 def summarize(alone: list[dict], together: list[list[dict]], n: int) -> list[dict]:
@@ -75,9 +107,10 @@ def summarize(alone: list[dict], together: list[list[dict]], n: int) -> list[dic
 
     Returns:
       Two rows (alone, then n at once): processes, median step seconds over every timed step
-      of every process, steps per second of all the processes together, throughput against
-      one process alone, CPU seconds per step, and whether every process's metrics equal the
-      first alone run's (identical work, so they must).
+      of every process (for n at once, the steps `overlapping` kept), steps per second of all
+      the processes together, throughput against one process alone, CPU seconds per step
+      (all the timed steps), and whether every process's metrics equal the first alone run's
+      at the same steps (identical work, so they must).
     """
     reference = alone[0]["metrics"]
     rows = []
@@ -94,7 +127,7 @@ def summarize(alone: list[dict], together: list[list[dict]], n: int) -> list[dic
                 "steps_per_s": round(k / median, 3),
                 "throughput_vs_alone": 0.0,
                 "cpu_s_per_step": round(cpu / steps, 2),
-                "same_metrics": all(r["metrics"] == reference for r in results),
+                "same_metrics": all(_same(r, reference) for r in results),
             }
         )
     base = rows[0]["steps_per_s"]

@@ -28,6 +28,24 @@ def test_summarize__throughput_is_n_times_the_alone_step_over_the_shared_step():
     assert not bench.summarize(alone, together, 2)[1]["same_metrics"]
 
 
+def test_overlapping__keeps_the_steps_run_while_every_process_was_timing():
+    bench = load_script("bench_workers")
+    m = [{"loss": float(i)} for i in range(4)]
+    a = {**_result([1.0] * 4, m), "t0": 0.0}  # steps over 0-1, 1-2, 2-3, 3-4
+    b = {**_result([1.0] * 3, m[:3]), "t0": 1.5}  # 1.5-2.5, 2.5-3.5, 3.5-4.5
+    # Both timing over [1.5, 4]: a's steps 2 and 3, b's steps 0 and 1.
+    cut_a, cut_b = bench.overlapping([a, b])
+    assert (cut_a["kept"], cut_b["kept"]) == ([2, 3], [0, 1])
+    assert cut_a["metrics"] == m[2:] and cut_b["times"] == [1.0, 1.0]
+    # Compared step by step with the alone run's metrics.
+    assert bench._same(cut_a, m) and bench._same(cut_b, m)
+    assert not bench._same({**cut_a, "metrics": m[:2]}, m)
+    # c's one step (0-10) spans all of b's timing (1.5-4.5): b keeps every step, c, with no
+    # step wholly inside, its first.
+    c = {**_result([10.0], m[:1]), "t0": 0.0}
+    assert [r["kept"] for r in bench.overlapping([c, b])] == [[0], [0, 1, 2]]
+
+
 def test_bench_workers__identical_processes_agree_and_the_table_is_written(tmp_path, capsys):
     bench = load_script("bench_workers")
     flags = [f for f in TINY_TRAIN_FLAGS if not f.startswith("--config.log")]
