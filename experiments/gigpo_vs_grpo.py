@@ -5,13 +5,16 @@ points on ALFWorld and +9 on WebShop over GRPO with the same budget).
   python scripts/make_table.py --sweep=runs/sweeps/gigpo_vs_grpo --raw \
       --out=experiments/results/gigpo_vs_grpo --metric=eval_test.greedy_success \
       --baseline=grpo --strip='^[a-z_]+,' \
-      --curve_key=eval_test/greedy_success,train/frac_steps_grouped,train/step_group_size
+      --curve_key=eval_test/greedy_success,train/frac_steps_grouped,train/step_group_size,\
+train/frac_groups_singleton
   python experiments/gigpo_vs_grpo.py --sweep=experiments/results/gigpo_vs_grpo/raw \
       --out=experiments/results/gigpo_vs_grpo
 
 The second command writes `grouped.md` and `grouped.csv`: per environment, over the GiGPO
-runs, the share of valid steps in anchor groups larger than one and the mean anchor-group
-size, over the whole run, its first EDGE steps and its last EDGE steps (`grouped_share`).
+runs, the share of valid steps in anchor groups larger than one, the mean anchor-group size
+and the share of anchor groups that hold one step (the paper reports that share of groups,
+under 35% throughout its ALFWorld run), over the whole run, its first EDGE steps and its last
+EDGE steps (`grouped_share`).
 
 GiGPO's step groups exist only where states repeat across a task's samples: every GiGPO run
 logs `train/frac_steps_grouped` (the share of valid steps whose anchor state another sample of the
@@ -106,15 +109,20 @@ def get_sweep():
 
 
 EDGE = 10  # steps at each end of a run for the early and late grouped shares
-GROUPED_KEYS = {"grouped": "train/frac_steps_grouped", "group_size": "train/step_group_size"}
+GROUPED_KEYS = {
+    "grouped": "train/frac_steps_grouped",
+    "group_size": "train/step_group_size",
+    "singleton_groups": "train/frac_groups_singleton",
+}
 
 
 def run_grouped(rows: list[dict], edge: int = EDGE) -> dict | None:
     """One run's anchor-group statistics from its metrics.jsonl rows, None if it logged none:
     "steps" (steps that logged them), and for "grouped" (share of valid steps in an anchor group
-    larger than one) and "group_size" (mean anchor-group size over valid steps) the mean over
-    all those steps, over the first `edge` of them (`*_early`) and over the last `edge`
-    (`*_late`)."""
+    larger than one), "group_size" (mean anchor-group size over valid steps) and
+    "singleton_groups" (share of anchor groups, not steps, that hold one step: the paper's
+    measure) the mean over all those steps, over the first `edge` of them (`*_early`) and over
+    the last `edge` (`*_late`)."""
     out: dict = {}
     for name, key in GROUPED_KEYS.items():
         values = [float(r[key]) for r in rows if r.get(key) is not None]
@@ -166,8 +174,9 @@ def grouped_markdown(rows: list[dict], edge: int = EDGE) -> str:
 
     lines = [
         f"| env | GiGPO runs | steps in groups > 1 | first {edge} steps | last {edge} steps "
-        f"| mean group size | first {edge} steps | last {edge} steps |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| mean group size | first {edge} steps | last {edge} steps "
+        f"| groups of one step | first {edge} steps | last {edge} steps |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         cells = [r["env"], str(r["runs"])]

@@ -590,6 +590,7 @@ def test_gigpo_vs_grpo__grouped_share_by_hand(clean_env, tmp_path, capsys):
             if gigpo:
                 row["train/frac_steps_grouped"] = 0.5 + k / 100 + 0.1 * run.seed
                 row["train/step_group_size"] = 2.0 if k < 15 else 4.0
+                row["train/frac_groups_singleton"] = 0.25
             rows.append(row)
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         plan.append({"dir": run.dirname, "variant": list(run.variant), "env": "web_shop"})
@@ -602,11 +603,11 @@ def test_gigpo_vs_grpo__grouped_share_by_hand(clean_env, tmp_path, capsys):
     assert math.isclose(row["grouped_early"], 0.595)
     assert math.isclose(row["grouped_late"], 0.795)
     assert (row["group_size"], row["group_size_early"], row["group_size_late"]) == (3.0, 2.0, 4.0)
-    assert row["group_size_std"] == 0.0
+    assert row["group_size_std"] == 0.0 and row["singleton_groups"] == 0.25
     md = module.grouped_markdown([row], 10).splitlines()
     assert md[2] == (
         "| web_shop | 2 | 0.695 ± 0.071 | 0.595 ± 0.071 | 0.795 ± 0.071 | 3.000 ± 0.000 "
-        "| 2.000 ± 0.000 | 4.000 ± 0.000 |"
+        "| 2.000 ± 0.000 | 4.000 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 |"
     )
     out = tmp_path / "out"
     assert module.main([f"--sweep={tmp_path}", f"--out={out}", "--edge=10"]) == 0

@@ -131,6 +131,10 @@ def gigpo(
         "adv_step_abs": common.masked_mean(jnp.abs(adv_step), valid),
         "step_group_size": common.masked_mean(size, valid),
         "frac_steps_grouped": common.masked_mean((size > 1).astype(jnp.float32), valid),
+        # The share of anchor groups (not steps) with one step: a group of k steps holds k
+        # valid steps of size k, so the groups number sum(1 / size) over valid steps.
+        "frac_groups_singleton": jnp.sum(jnp.where(valid, (size == 1).astype(jnp.float32), 0.0))
+        / jnp.maximum(jnp.sum(jnp.where(valid, 1.0 / jnp.maximum(size, 1.0), 0.0)), 1.0),
     }
     return CreditOutput(common.turns_to_tokens(adv, traj), None, metrics)
 

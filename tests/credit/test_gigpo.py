@@ -67,6 +67,16 @@ def test_gigpo__hand_mean_norm_steps():
     _close(per_turn(traj, out.advantages), _rows(a_e) + 0.5 * _rows(a_s))
 
 
+def test_gigpo__anchor_group_metrics_by_hand():
+    # Valid steps and their anchor groups: group 0's anchor 1 (ep0k0, ep1k0, ep2k0: size 3),
+    # anchor 2 (ep0k1, ep1k1: 2), anchor 3 (ep1k2: 1), and group 1's anchor 1 (ep3k0: 1).
+    out = run_credit("gigpo", _hand_traj(), gamma=0.5, mode="mean_norm")
+    m = {k: float(v) for k, v in out.metrics.items()}
+    assert math.isclose(m["step_group_size"], (3 * 3 + 2 * 2 + 1 + 1) / 7, rel_tol=1e-6)
+    assert math.isclose(m["frac_steps_grouped"], 5 / 7, rel_tol=1e-6)  # all but the singletons
+    assert math.isclose(m["frac_groups_singleton"], 2 / 4, rel_tol=1e-6)  # 2 of the 4 groups
+
+
 def test_gigpo__hand_mean_norm_trajectories():
     # one value per trajectory, the score of its first row: group 0 -> [1, 0, 1], mean 2/3;
     # each row is still normalised with its own (penalised) score; group 1 singleton -> raw 2.
