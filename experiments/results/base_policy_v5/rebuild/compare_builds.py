@@ -1,7 +1,12 @@
 """Per logged step, the largest difference in per-environment pretraining NLL between the
-first build of base v5 (../metrics.jsonl) and the rebuild (metrics.jsonl here, or a path).
+first build of base v5 (../metrics.jsonl, or --against=PATH) and the rebuild (metrics.jsonl
+here, or a path).
 
   python experiments/results/base_policy_v5/rebuild/compare_builds.py [REBUILD_METRICS] [--all]
+  # a later build (runs/base_policy_v5/metrics.jsonl) against this rebuild, every step:
+  python experiments/results/base_policy_v5/rebuild/compare_builds.py \
+      runs/base_policy_v5/metrics.jsonl \
+      --against=experiments/results/base_policy_v5/rebuild/metrics.jsonl --all
 
 Without --all: every logged step up to 1,000, then every 500th and the last.
 """
@@ -11,7 +16,8 @@ import os
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-args = [a for a in sys.argv[1:] if a != "--all"]
+args = [a for a in sys.argv[1:] if a != "--all" and not a.startswith("--against=")]
+against = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--against=")]
 
 
 def rows(path):
@@ -22,7 +28,7 @@ def rows(path):
     return merged
 
 
-first = rows(os.path.join(here, "..", "metrics.jsonl"))
+first = rows(against[-1] if against else os.path.join(here, "..", "metrics.jsonl"))
 rebuild = rows(args[0] if args else os.path.join(here, "metrics.jsonl"))
 steps = sorted(set(first) & set(rebuild))
 if "--all" not in sys.argv:
