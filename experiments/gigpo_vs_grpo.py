@@ -81,30 +81,33 @@ FINAL_TASKS = 512
 
 
 def get_sweep():
+    """Every environment's runs, seed by seed (grpo then gigpo for each seed), so a study cut
+    short leaves complete pairs."""
     points = []
     for env in ENVS:
-        for credit, overrides in VARIANTS.items():
-            points += sweep.product(
-                sweep.configs([f"configs/base_policy.py:{env},{credit}"]),
-                sweep.fixed(
-                    {
-                        "init.params": BASE_POLICY,
-                        "optim.lr": LR.get(env, DEFAULT_LR),
-                        "train.num_steps": STEPS[env],
-                        "train.eval_every": EVAL_EVERY[env],
-                        "train.eval_tasks": CURVE_TASKS,
-                        "train.final_eval_tasks": FINAL_TASKS,
-                        "train.eval_at_start": True,  # curves start at the base policy
-                        "train.max_minutes": MINUTES,
-                        "train.eval_ood": False,
-                        "rollout.temperature": TEMPERATURE,
-                        **_v3.OVERRIDES.get(env, {}),
-                        **SETTINGS.get(env, {}),
-                        **overrides,
-                    }
-                ),
-                sweep.seeds(SEEDS),
-            )
+        for seed in range(SEEDS):
+            for credit, overrides in VARIANTS.items():
+                points += sweep.product(
+                    sweep.configs([f"configs/base_policy.py:{env},{credit}"]),
+                    sweep.fixed(
+                        {
+                            "init.params": BASE_POLICY,
+                            "optim.lr": LR.get(env, DEFAULT_LR),
+                            "train.num_steps": STEPS[env],
+                            "train.eval_every": EVAL_EVERY[env],
+                            "train.eval_tasks": CURVE_TASKS,
+                            "train.final_eval_tasks": FINAL_TASKS,
+                            "train.eval_at_start": True,  # curves start at the base policy
+                            "train.max_minutes": MINUTES,
+                            "train.eval_ood": False,
+                            "rollout.temperature": TEMPERATURE,
+                            **_v3.OVERRIDES.get(env, {}),
+                            **SETTINGS.get(env, {}),
+                            **overrides,
+                        }
+                    ),
+                    sweep.seeds(1, start=seed),
+                )
     return points
 
 

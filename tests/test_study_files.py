@@ -560,6 +560,12 @@ def test_gigpo_vs_grpo__web_shop_and_sokoban_paired_with_the_same_settings(clean
         assert (c.train.eval_tasks, c.train.final_eval_tasks) == (128, 512)
         assert c.train.eval_at_start
     assert {env for env, _ in runs} == {"web_shop", "sokoban"}
+    # Seed by seed: grpo then gigpo of each seed, so a study cut short leaves complete pairs.
+    order = [(c.env.name, c.seed, c.credit.name) for _, c in planned]
+    assert order[:4] == [
+        ("web_shop", 0, "grpo"), ("web_shop", 0, "gigpo"),
+        ("web_shop", 1, "grpo"), ("web_shop", 1, "gigpo"),
+    ]  # fmt: skip
     for pair in runs.values():  # the estimator and its own settings, nothing else
         diff = sweep.config_diff(pair["grpo"], pair["gigpo"])
         assert {d.split(":")[0].split(".")[0] for d in diff} == {"credit"}, diff
