@@ -33,21 +33,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from configs import base_policy  # noqa: E402
 from rl4agents import sweep  # noqa: E402
 from rl4agents.train import experiment, writers  # noqa: E402
 
-ENVS = (
-    "frozen_lake",
-    "maze",
-    "wordle",
-    "countdown",
-    "sokoban",
-    "search_qa",
-    "two_agent",
-    "web_shop",
-    "terminal",
-    "household",
-)
+ENVS = base_policy.ENVS  # every environment of the base policy's configs
 COLUMNS = (
     "env",
     "split",
