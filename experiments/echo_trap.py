@@ -262,14 +262,7 @@ def signature(sweep_dir: str, window: int = WINDOW) -> list[dict]:
     """`run_signature` of every run of a sweep folder that logged steps (its raw/ copy works
     too), in plan order, with "variant" (make_table's row label with STRIP applied), "env",
     "seed" and "complete"."""
-    path = os.path.join(sweep_dir, sweep.PLAN_NAME)
-    if not os.path.exists(path):
-        raise ValueError(
-            f"--sweep={sweep_dir!r} holds no {sweep.PLAN_NAME}; allowed: an --out of "
-            "scripts/sweep.py or its make_table --raw copy"
-        )
-    with open(path) as f:
-        plan = json.load(f)["runs"]
+    plan = results.read_plan(sweep_dir)
     labels = results.short_labels([tuple(r["variant"]) for r in plan])
     out = []
     for r, label in zip(plan, labels, strict=True):

@@ -51,7 +51,6 @@ cores would buy fewer updates) = 6.7 hours, plus each run's final evaluation on 
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -142,14 +141,7 @@ def grouped_share(sweep_dir: str, edge: int = EDGE) -> list[dict]:
     """Per environment (plan order), over the complete runs that logged anchor groups (GiGPO's):
     "env", "runs", and the mean and sample std over runs (`*_std`, None for one run) of each
     `run_grouped` value."""
-    path = os.path.join(sweep_dir, sweep.PLAN_NAME)
-    if not os.path.exists(path):
-        raise ValueError(
-            f"--sweep={sweep_dir!r} holds no {sweep.PLAN_NAME}; allowed: an --out of "
-            "scripts/sweep.py or its make_table --raw copy"
-        )
-    with open(path) as f:
-        plan = json.load(f)["runs"]
+    plan = results.read_plan(sweep_dir)
     per_env: dict[str, list[dict]] = {}
     for r in plan:
         workdir = os.path.join(sweep_dir, r["dir"])

@@ -45,7 +45,6 @@ with the final evaluations and start-ups).
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -115,14 +114,7 @@ def seed_spread(sweep_dir: str, early_step: int = EARLY_STEP) -> list[dict]:
       in metrics.jsonl, over the runs that logged it, complete or not). A std is None with
       fewer than 2 values, a mean None with none.
     """
-    path = os.path.join(sweep_dir, sweep.PLAN_NAME)
-    if not os.path.exists(path):
-        raise ValueError(
-            f"--sweep={sweep_dir!r} holds no {sweep.PLAN_NAME}; "
-            "allowed: an --out of scripts/sweep.py"
-        )
-    with open(path) as f:
-        plan = json.load(f)["runs"]
+    plan = results.read_plan(sweep_dir)
     labels = results.short_labels([tuple(r["variant"]) for r in plan])
     final: dict[str, list[float]] = {}
     early: dict[str, list[float]] = {}

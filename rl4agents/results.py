@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import os
 import re
@@ -98,6 +99,19 @@ def read_lr_choice(path: str) -> dict[tuple[str, str], str]:
     if not chosen:
         raise ValueError(f"{path!r} selects no learning rate (no row with selected=1)")
     return chosen
+
+
+def read_plan(sweep_dir: str) -> list[dict]:
+    """The runs of a sweep folder's plan (its PLAN_NAME: an --out of scripts/sweep.py, or a
+    make_table --raw copy); a ValueError naming the folder when it has none."""
+    path = os.path.join(sweep_dir, PLAN_NAME)
+    if not os.path.exists(path):
+        raise ValueError(
+            f"--sweep={sweep_dir!r} holds no {PLAN_NAME}; allowed: an --out of "
+            "scripts/sweep.py or its make_table --raw copy"
+        )
+    with open(path) as f:
+        return json.load(f)["runs"]
 
 
 def is_complete(workdir: str) -> bool:
